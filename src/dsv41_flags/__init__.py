@@ -1,0 +1,64 @@
+"""dsv41_flags: runtime-configurable feature flags for patches applied to a running SGLang engine.
+
+Public API: ``Feature``, ``Option``, ``activate``, ``runtime``, ``Runtime``, ``FeatureState``,
+``InstallContext``, the error classes, and the fingerprint/sidecar helpers. Every other module is
+an implementation detail.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from ._declare import Feature, Option
+from ._errors import DeclarationError, DriftError, FlagsError, Problem, SettingsError
+from ._fingerprint import Fingerprint, read_sidecar, sidecar_path, write_sidecar
+from ._patch import InstallContext
+from ._runtime import FeatureState, Runtime, build
+from ._settings import SNAPSHOT_VAR
+
+__all__ = ["Feature", "Option", "activate", "runtime", "Runtime", "FeatureState", "InstallContext",
+           "FlagsError", "DeclarationError", "SettingsError", "DriftError", "Problem",
+           "Fingerprint", "read_sidecar", "write_sidecar", "sidecar_path"]
+
+_RUNTIME: Runtime | None = None  # the one per-process runtime
+
+
+def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
+             *, role: str | None = None, export: bool = True) -> Runtime:
+    """Activate the framework in this process and return its runtime.
+
+    Idempotent per process: a second call returns the same runtime (its arguments are ignored).
+    settings_files: paths of settings files (default search: see ``_settings``); profile: profile
+    name (default ``DSV41_ENV``, else ``default``); role: process role added to every event;
+    export: hand the snapshot to child processes through ``DSV41_SNAPSHOT`` (first process only).
+    Emits ``flags.resolved``, then arms the features whose flag is on.
+    Raises SettingsError (bad values, unknown keys in strict mode, missing files, unknown profile),
+    DeclarationError (bad feature declarations) or, in strict mode, DriftError.
+    """
+    global _RUNTIME
+    if _RUNTIME is not None and _RUNTIME.pid == os.getpid():
+        return _RUNTIME
+    rt = build(settings_files, profile)
+    import multiprocessing
+
+    rt.context.update(role=role or ("launcher" if multiprocessing.parent_process() is None
+                                     else multiprocessing.current_process().name))
+    _RUNTIME = rt
+    if export and not rt.from_snapshot:
+        os.environ[SNAPSHOT_VAR] = rt.snapshot()
+    rt.log.info("flags.resolved", **rt.report())
+    rt.arm()
+    return rt
+
+
+def runtime() -> Runtime | None:
+    """The runtime of this process, or None before ``activate``."""
+    return _RUNTIME if _RUNTIME is not None and _RUNTIME.pid == os.getpid() else None
+
+
+def _reset_for_tests() -> None:
+    """Forget this process's runtime (tests only; patches are uninstalled first)."""
+    global _RUNTIME
+    if _RUNTIME is not None:
+        _RUNTIME.uninstall()
+    _RUNTIME = None

@@ -1,0 +1,183 @@
+"""Declarations: ``Feature`` and ``Option``, small frozen dataclasses validated on creation."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from ._errors import DeclarationError
+from ._values import KINDS, CastError, cast
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._patch import InstallContext
+
+ENV_PREFIX = "DSV41_"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_REQUIRE = re.compile(r"^(?P<path>[A-Za-z_][A-Za-z0-9_.]*?)(\((?P<params>[A-Za-z0-9_,\s]*)\))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A typed parameter of a feature.
+
+    name: lower-case identifier; its key is ``<FLAG>_<NAME>`` (env ``DSV41_<FLAG>_<NAME>``).
+    kind: ``bool | int | float | str | choice | list`` (list = list of str).
+    default: the declared default, valid for ``kind`` (checked at declaration).
+    minimum / maximum: inclusive bounds for int and float.
+    choices: accepted values for ``choice``.
+    volatile: True when the option does not change tuned kernels (left out of the fingerprint).
+    help: one line for ``explain``.
+    Raises DeclarationError on a bad name, kind or default.
+    """
+
+    name: str
+    kind: str
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    volatile: bool = False
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise DeclarationError(f"option name {self.name!r} is not a lower-case identifier")
+        if self.kind not in KINDS:
+            raise DeclarationError(f"option {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind == "choice" and not self.choices:
+            raise DeclarationError(f"option {self.name!r}: kind 'choice' needs choices")
+        try:
+            cast(self.kind, self.default, minimum=self.minimum, maximum=self.maximum, choices=self.choices)
+        except CastError as exc:
+            raise DeclarationError(
+                f"option {self.name!r}: default {self.default!r} is not {exc.accepted}") from None
+
+    def cast(self, raw: Any) -> Any:
+        """Cast a raw value by this option's kind and bounds. Raises CastError."""
+        return cast(self.kind, raw, minimum=self.minimum, maximum=self.maximum, choices=self.choices)
+
+
+@dataclass(frozen=True, slots=True)
+class Require:
+    """One parsed ``requires`` entry: a dotted path on the target and optional keyword parameters.
+
+    ``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"`` -> path
+    ``("TargetVerifyExecutor", "accept_and_finalize")``, params ``("folded_accept",)``.
+    """
+
+    text: str
+    path: tuple[str, ...]
+    params: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> "Require":
+        """Parse a requires entry. Raises DeclarationError when it is malformed."""
+        m = _REQUIRE.match(text.strip())
+        if not m or not _DOTTED.match(m["path"]):
+            raise DeclarationError(
+                f"requires entry {text!r} is not 'Name.attr' or 'Name.func(param, ...)'")
+        params = tuple(p.strip() for p in (m["params"] or "").split(",") if p.strip())
+        return cls(text=text.strip(), path=tuple(m["path"].split(".")), params=params)
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One declared patch.
+
+    name: lower-case identifier; the flag key is ``name.upper()`` and its variable
+      ``DSV41_<NAME>`` (``folded_fence`` -> ``DSV41_FOLDED_FENCE``).
+    target: dotted module name the patch applies to.
+    install: ``install(module, ctx) -> None``; patches through ``ctx.patch`` so the ledger can
+      uninstall and re-install without stacking wrappers.
+    summary: one line.
+    requires: names that must exist on the target, ``"Cls.method(param)"`` form allowed.
+    engine: requirement string for the engine distribution, e.g. ``"sglang>=0.5.23,<0.6"``.
+    fixed_in: version range in which upstream carries the fix (feature then skipped), or "".
+    volatile: variable names (``DSV41_...``, ``SGLANG_...``) and argv options (``--port``) this
+      feature owns that do not change tuned kernels; left out of the launch fingerprint.
+    options: typed parameters.
+    refs: upstream references (``"sglang#40320"``).
+    after: names of features whose patches must be applied before this one.
+    default: flag value when no settings file or variable sets it.
+    source: file that declared it (set by discovery).
+    Raises DeclarationError, naming the feature, on any invalid field.
+    """
+
+    name: str
+    target: str
+    install: Callable[[ModuleType, "InstallContext"], None]
+    summary: str
+    requires: tuple[str, ...] = ()
+    engine: str = "sglang>=0.5.23,<0.6"
+    fixed_in: str = ""
+    volatile: tuple[str, ...] = ()
+    options: tuple[Option, ...] = ()
+    refs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    default: bool = False
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"feature {self.name!r}" + (f" ({self.source})" if self.source else "")
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise DeclarationError(f"{where}: name must be a lower-case identifier like 'folded_fence'")
+        if not isinstance(self.target, str) or not _DOTTED.match(self.target):
+            raise DeclarationError(f"{where}: target {self.target!r} is not a dotted module name")
+        if not callable(self.install):
+            raise DeclarationError(f"{where}: install {self.install!r} is not callable")
+        for attr in ("requires", "volatile", "options", "refs", "after"):
+            value = getattr(self, attr)
+            if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+                raise DeclarationError(f"{where}: {attr} must be a tuple, got {value!r}")
+            object.__setattr__(self, attr, tuple(value))
+        try:
+            for text in self.requires:
+                Require.parse(text)
+        except DeclarationError as exc:
+            raise DeclarationError(f"{where}: {exc}") from None
+        try:
+            Requirement(self.engine)
+        except InvalidRequirement as exc:
+            raise DeclarationError(
+                f"{where}: engine range {self.engine!r} is not a requirement like "
+                f"'sglang>=0.5.23,<0.6' ({exc})") from None
+        if self.fixed_in:
+            try:
+                SpecifierSet(self.fixed_in)
+            except InvalidSpecifier:
+                raise DeclarationError(
+                    f"{where}: fixed_in {self.fixed_in!r} is not a version range like '>=0.5.30'") from None
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise DeclarationError(f"{where}: duplicate option names in {names}")
+        if not isinstance(self.default, bool):
+            raise DeclarationError(f"{where}: default must be True or False, got {self.default!r}")
+
+    @property
+    def flag(self) -> str:
+        """The flag key: ``FOLDED_FENCE``."""
+        return self.name.upper()
+
+    @property
+    def env_var(self) -> str:
+        """The flag's variable: ``DSV41_FOLDED_FENCE``."""
+        return ENV_PREFIX + self.flag
+
+    @property
+    def engine_requirement(self) -> Requirement:
+        """The parsed ``engine`` requirement (distribution name + specifier)."""
+        return Requirement(self.engine)
+
+    @property
+    def parsed_requires(self) -> tuple[Require, ...]:
+        """``requires`` parsed into Require objects."""
+        return tuple(Require.parse(t) for t in self.requires)
+
+    def option_key(self, option: Option) -> str:
+        """Setting key of an option: ``<FLAG>_<OPTION>`` (``AUTOTUNE_KEEP_MAX_OLD_COPIES``)."""
+        return f"{self.flag}_{option.name.upper()}"

@@ -1,0 +1,120 @@
+"""Discovery of feature declarations: a features directory plus the entry-point group
+``dsv41_flags.features``.
+
+Each module in the directory declares ``FEATURE = Feature(...)`` (or ``FEATURES = [...]``).
+Modules are imported under the private package name ``dsv41_flags_features.<stem>``, never as a
+top-level ``features`` package (which could shadow or be shadowed by another one).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+from ._declare import Feature, Option
+from ._errors import DeclarationError
+
+ENTRY_POINT_GROUP = "dsv41_flags.features"
+PACKAGE = "dsv41_flags_features"
+RESERVED_KEYS = ("ENV", "SETTINGS", "SNAPSHOT", "STRICT", "FEATURES_DIR", "LOG_FORMAT", "LOG_LEVEL",
+                 "FINGERPRINT", "RANK_GUARD", "EXTERNAL")
+
+
+def _features_of(obj, origin: str) -> list[Feature]:
+    if isinstance(obj, Feature):
+        found = [obj]
+    elif isinstance(obj, types.ModuleType):
+        found = list(getattr(obj, "FEATURES", ())) or (
+            [obj.FEATURE] if hasattr(obj, "FEATURE") else [])
+    elif isinstance(obj, (list, tuple)):
+        found = list(obj)
+    else:
+        found = []
+    if not found or not all(isinstance(f, Feature) for f in found):
+        raise DeclarationError(f"{origin}: declares no Feature (expected FEATURE = Feature(...) "
+                               f"or FEATURES = [...])")
+    return [_with_source(f, origin) for f in found]
+
+
+def _with_source(feature: Feature, origin: str) -> Feature:
+    object.__setattr__(feature, "source", origin)
+    return feature
+
+
+def _import_file(path: Path):
+    if PACKAGE not in sys.modules:
+        pkg = types.ModuleType(PACKAGE)
+        pkg.__path__ = []
+        sys.modules[PACKAGE] = pkg
+    name = f"{PACKAGE}.{path.stem}"
+    existing = sys.modules.get(name)
+    if existing is not None and getattr(existing, "__file__", None) == str(path):
+        return existing
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except DeclarationError as exc:
+        del sys.modules[name]
+        raise DeclarationError(f"{path}: {exc}") from None
+    except Exception as exc:
+        del sys.modules[name]
+        raise DeclarationError(f"{path}: importing the feature module raised "
+                               f"{type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def discover(features_dir: Path | None, *, entry_points: bool = True) -> tuple[Feature, ...]:
+    """Load every feature: ``*.py`` in ``features_dir`` (sorted, ``_``-prefixed files skipped) and
+    the entry points of group ``dsv41_flags.features``.
+
+    Returns features sorted by name. Raises DeclarationError naming the file (or entry point) on
+    a module that fails to import, declares nothing, or declares a duplicate name or key.
+    """
+    features: list[Feature] = []
+    if features_dir is not None and features_dir.is_dir():
+        for path in sorted(features_dir.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            features.extend(_features_of(_import_file(path.resolve()), str(path.resolve())))
+    if entry_points:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            origin = f"entry point {ep.name} = {ep.value}"
+            try:
+                obj = ep.load()
+            except DeclarationError as exc:
+                raise DeclarationError(f"{origin}: {exc}") from None
+            except Exception as exc:
+                raise DeclarationError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
+            features.extend(_features_of(obj, origin))
+    check_unique(features)
+    return tuple(sorted(features, key=lambda f: f.name))
+
+
+def keys_of(feature: Feature) -> dict[str, Option | None]:
+    """Setting keys owned by a feature: its flag (-> None) and each option key (-> Option)."""
+    keys: dict[str, Option | None] = {feature.flag: None}
+    for option in feature.options:
+        keys[feature.option_key(option)] = option
+    return keys
+
+
+def check_unique(features: list[Feature]) -> None:
+    """Raise DeclarationError when two features share a name or a setting key, or a key is
+    reserved by the framework."""
+    owner: dict[str, Feature] = {}
+    for feature in features:
+        for key in keys_of(feature):
+            if key in RESERVED_KEYS:
+                raise DeclarationError(f"feature {feature.name!r} ({feature.source}): key {key} is "
+                                       f"reserved by the framework ({', '.join(RESERVED_KEYS)})")
+            other = owner.get(key)
+            if other is not None:
+                what = "name" if other.name == feature.name else f"setting key {key}"
+                raise DeclarationError(
+                    f"feature {feature.name!r} ({feature.source}) duplicates the {what} of feature "
+                    f"{other.name!r} ({other.source})")
+            owner[key] = feature

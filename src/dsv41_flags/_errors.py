@@ -1,0 +1,50 @@
+"""Exception classes. Every message names the offending feature, key, value and origin."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FlagsError(Exception):
+    """Base class of every error raised by dsv41_flags."""
+
+
+class DeclarationError(FlagsError):
+    """A feature declaration is invalid (bad name, target, version range, option...).
+
+    The message names the feature and, once discovered, the file that declared it.
+    """
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem found while resolving settings.
+
+    key: the setting key (``FOLDED_FENCE``) or variable name concerned.
+    origin: where the value came from (``env DSV41_X``, ``/path/settings.toml [tp3]``).
+    message: a full sentence naming the value as written and what is accepted.
+    severity: ``"error"`` or ``"warning"``.
+    """
+
+    key: str
+    origin: str
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class SettingsError(FlagsError):
+    """Resolution found errors. ``problems`` holds every one (not only the first)."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p.message}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} settings problem(s):\n{lines}")
+
+
+class DriftError(FlagsError, RuntimeError):
+    """Strict mode: an armed feature drifted or its install failed.
+
+    The message names the feature, its target module and what is missing or what raised.
+    """

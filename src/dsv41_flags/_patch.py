@@ -1,0 +1,141 @@
+"""The patch ledger and the install context handed to each feature's ``install(module, ctx)``.
+
+Every attribute a feature replaces goes through ``ctx.patch``, which records the original, so
+that installing twice leaves exactly one wrapper level and ``uninstall`` restores the originals
+(the instrument/uninstrument pair of OpenTelemetry's BaseInstrumentor).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+_MISSING = object()
+
+
+@dataclass
+class PatchRecord:
+    """One applied patch: ``owner.attr`` was ``original`` (own attribute or inherited) and is now
+    ``replacement``, applied by ``feature``."""
+
+    feature: str
+    owner: Any
+    attr: str
+    original: Any
+    had_own: bool
+    replacement: Any
+
+    @property
+    def where(self) -> str:
+        return f"{getattr(self.owner, '__qualname__', getattr(self.owner, '__name__', repr(self.owner)))}.{self.attr}"
+
+
+def _static_get(owner: Any, attr: str) -> Any:
+    """The attribute as stored (a raw descriptor for classes), or _MISSING."""
+    d = getattr(owner, "__dict__", {})
+    if attr in d:
+        return d[attr]
+    return getattr(owner, attr, _MISSING)
+
+
+class Ledger:
+    """Per-process record of every patch, in application order per attribute.
+
+    The ledger is part of the per-process runtime (the one mutable object)."""
+
+    def __init__(self) -> None:
+        self._stacks: dict[tuple[int, str], list[PatchRecord]] = {}
+
+    def stack(self, owner: Any, attr: str) -> list[PatchRecord]:
+        """Records on ``owner.attr``, first applied first."""
+        return self._stacks.get((id(owner), attr), [])
+
+    def records(self, feature: str | None = None) -> list[PatchRecord]:
+        """Every record (of ``feature`` when given), in application order per attribute."""
+        return [r for stack in self._stacks.values() for r in stack
+                if feature is None or r.feature == feature]
+
+    def patch(self, feature: str, owner: Any, attr: str, make: Callable[[Any], Any]) -> PatchRecord:
+        """Set ``owner.attr = make(original)``.
+
+        ``original`` is the value before this feature patched it (so a second install by the same
+        feature wraps the original again, leaving one wrapper level). Raises AttributeError when
+        ``owner`` has no ``attr``; whatever ``make`` raises propagates and nothing is changed.
+        """
+        key = (id(owner), attr)
+        stack = self._stacks.setdefault(key, [])
+        mine = next((r for r in stack if r.feature == feature), None)
+        if mine is not None and stack[-1] is not mine:
+            raise RuntimeError(f"{feature}: cannot re-patch {mine.where}: feature(s) "
+                               f"{[r.feature for r in stack[stack.index(mine) + 1:]]} patched it after")
+        if mine is not None:
+            below, had_own = mine.original, mine.had_own
+        else:
+            below = _static_get(owner, attr)
+            if below is _MISSING:
+                if not stack:
+                    del self._stacks[key]
+                raise AttributeError(f"{owner!r} has no attribute {attr!r} to patch")
+            had_own = attr in getattr(owner, "__dict__", {})
+        replacement = make(below)
+        setattr(owner, attr, replacement)
+        if mine is not None:
+            mine.replacement = replacement
+            return mine
+        record = PatchRecord(feature, owner, attr, below, had_own, replacement)
+        stack.append(record)
+        return record
+
+    def uninstall(self, feature: str) -> list[PatchRecord]:
+        """Restore every attribute ``feature`` patched (last patched first). A record with another
+        feature's patch above it is left in place (returned in the list of kept records)."""
+        kept = []
+        for key, stack in list(self._stacks.items()):
+            for record in [r for r in stack if r.feature == feature]:
+                if stack[-1] is not record:
+                    kept.append(record)
+                    continue
+                if record.had_own:
+                    setattr(record.owner, record.attr, record.original)
+                else:
+                    try:
+                        delattr(record.owner, record.attr)
+                    except AttributeError:
+                        pass
+                stack.pop()
+            if not stack:
+                del self._stacks[key]
+        return kept
+
+    def lost(self, feature: str) -> list[PatchRecord]:
+        """Records of ``feature`` whose replacement is no longer what the attribute holds (someone
+        else overwrote it) - only checked for the top record of each attribute."""
+        out = []
+        for stack in self._stacks.values():
+            if stack and stack[-1].feature == feature:
+                if _static_get(stack[-1].owner, stack[-1].attr) is not stack[-1].replacement:
+                    out.append(stack[-1])
+        return out
+
+
+@dataclass(frozen=True)
+class InstallContext:
+    """What ``install(module, ctx)`` receives.
+
+    feature: the Feature; options: option name -> resolved value; fingerprint: the launch
+    Fingerprint (from the snapshot in children); log: a structlog logger bound with
+    ``feature=<name>``; ledger: the runtime's patch ledger (use ``patch``).
+    """
+
+    feature: Any
+    options: Mapping[str, Any]
+    fingerprint: Any
+    log: Any
+    ledger: Ledger = field(repr=False)
+
+    def patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> Any:
+        """Replace ``owner.attr`` by ``make(original)`` through the ledger; returns the replacement.
+
+        Installing twice leaves one wrapper level; ``Runtime.uninstall`` restores the original.
+        Raises AttributeError when ``owner`` has no ``attr``.
+        """
+        return self.ledger.patch(self.feature.name, owner, attr, make).replacement

@@ -1,0 +1,325 @@
+"""The per-process runtime: the one mutable object of the framework.
+
+``activate()`` resolves (or reads the launch's snapshot), configures structlog, discovers the
+features, arms the ones whose flag is on (a post-import hook per target) and emits
+``flags.resolved``. The hooks run the drift check, then ``install(module, ctx)``, and emit
+``feature.installed`` / ``feature.drifted`` / ``feature.failed``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from . import _settings
+from ._declare import Feature
+from ._discovery import discover
+from ._drift import fixed_upstream, missing_on, version_problem
+from ._errors import DriftError, FlagsError
+from ._events import ProcessContext, configure, get_logger
+from ._fingerprint import Fingerprint, compute
+from ._hooks import register_post_import_hook
+from ._patch import InstallContext, Ledger
+from ._settings import SNAPSHOT_VAR, Resolution
+
+STATES = ("off", "armed", "installed", "drifted", "failed", "pending", "fixed-upstream", "lost")
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FeatureState:
+    """One feature's state in this process.
+
+    state: off | armed | installed | drifted | failed | pending | fixed-upstream | lost;
+    value / source: the resolved flag; target: module name; detail: missing names, the error, or
+    the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched.
+    """
+
+    name: str
+    state: str
+    value: Any
+    source: str
+    target: str
+    detail: str = ""
+    duration_ms: float | None = None
+    patches: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "state": self.state, "value": self.value, "source": self.source,
+                "target": self.target, "detail": self.detail, "duration_ms": self.duration_ms,
+                "patches": list(self.patches)}
+
+
+def default_features_dir(resolution: Resolution) -> Path:
+    """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file loaded, else the
+    project's ``features/``."""
+    if resolution.reserved.get("FEATURES_DIR"):
+        return Path(resolution.reserved["FEATURES_DIR"])
+    for f in resolution.files:
+        if not Path(f).stem.endswith(".local"):
+            return Path(f).parent / "features"
+    return _settings.PROJECT_SETTINGS.parent / "features"
+
+
+def _order(features: Sequence[Feature]) -> list[Feature]:
+    """Features ordered so that each comes after the ones named in its ``after``."""
+    by_name = {f.name: f for f in features}
+    done: list[Feature] = []
+    seen: set[str] = set()
+
+    def visit(f: Feature, path: tuple[str, ...]):
+        if f.name in seen:
+            return
+        if f.name in path:
+            raise FlagsError(f"feature {f.name!r}: 'after' forms a cycle: {' -> '.join(path + (f.name,))}")
+        for dep in f.after:
+            if dep in by_name:
+                visit(by_name[dep], path + (f.name,))
+        seen.add(f.name)
+        done.append(f)
+
+    for f in features:
+        visit(f, ())
+    return done
+
+
+class Runtime:
+    """Per-process runtime. Build it with ``activate()``; tests may build one directly.
+
+    features: name -> Feature; resolution: Resolution; fingerprint: Fingerprint;
+    from_snapshot: True when values came from the launch's snapshot.
+    """
+
+    def __init__(self, features: Sequence[Feature], resolution: Resolution, fingerprint: Fingerprint,
+                 *, features_dir: Path | None = None, from_snapshot: bool = False,
+                 context: ProcessContext | None = None):
+        self.features = {f.name: f for f in _order(features)}
+        self.resolution = resolution
+        self.fingerprint = fingerprint
+        self.features_dir = features_dir
+        self.from_snapshot = from_snapshot
+        self.context = context or ProcessContext()
+        self.ledger = Ledger()
+        self._states: dict[str, FeatureState] = {}
+        self._hooked: set[str] = set()
+        self.pid = os.getpid()
+
+    # ------------------------------------------------------------------ events
+    @property
+    def log(self):
+        """The framework logger bound with this process's context fields."""
+        return get_logger(**self._context_fields())
+
+    def _context_fields(self) -> dict:
+        import multiprocessing
+
+        fields = {"pid": os.getpid(), "process": multiprocessing.current_process().name}
+        fields.update(self.context.fields)
+        return fields
+
+    # ------------------------------------------------------------------ flags
+    @property
+    def strict(self) -> bool:
+        return self.resolution.strict
+
+    def value(self, feature: Feature) -> bool:
+        """Resolved flag of ``feature`` (False for a feature unknown to the snapshot)."""
+        resolved = self.resolution.values.get(feature.flag)
+        return bool(resolved.value) if resolved else False
+
+    def source(self, feature: Feature) -> str:
+        resolved = self.resolution.values.get(feature.flag)
+        return resolved.source if resolved else "not in snapshot"
+
+    def options(self, feature: Feature) -> dict[str, Any]:
+        """Option name -> resolved value."""
+        return {o.name: (self.resolution.values[feature.option_key(o)].value
+                         if feature.option_key(o) in self.resolution.values else o.default)
+                for o in feature.options}
+
+    def armed(self) -> list[Feature]:
+        """Features whose flag is on, in install order."""
+        return [f for f in self.features.values() if self.value(f)]
+
+    # ------------------------------------------------------------------ install
+    def _set(self, feature: Feature, state: str, **kw) -> FeatureState:
+        st = FeatureState(feature.name, state, self.value(feature), self.source(feature),
+                          feature.target, **kw)
+        self._states[feature.name] = st
+        return st
+
+    def arm(self) -> None:
+        """Register a post-import hook on the target of every armed feature (fires at once if the
+        target is already imported). A feature whose engine is in its ``fixed_in`` range is
+        skipped (state ``fixed-upstream``). Raises DriftError in strict mode when an install that
+        fires at once drifts or fails."""
+        for feature in self.features.values():
+            if not self.value(feature):
+                self._set(feature, "off")
+                continue
+            reason = fixed_upstream(feature)
+            if reason:
+                self._set(feature, "fixed-upstream", detail=reason)
+                self.log.info("feature.fixed_upstream", feature=feature.name, target=feature.target,
+                              reason=reason)
+                continue
+            if feature.name in self._hooked:
+                continue
+            self._hooked.add(feature.name)
+            self._set(feature, "armed")
+            register_post_import_hook(lambda module, f=feature: self.install(f, module), feature.target)
+
+    def install(self, feature: Feature, module) -> FeatureState:
+        """Drift-check and install ``feature`` on the imported ``module``.
+
+        Returns the new state. In strict mode raises DriftError naming the feature, the target and
+        what is missing (drift) or what raised (failure); otherwise the failure is logged with its
+        traceback and other features go on.
+        """
+        start = time.perf_counter()
+        missing = missing_on(feature, module)
+        bad_version = version_problem(feature)
+        if bad_version:
+            missing.insert(0, bad_version)
+        if missing:
+            st = self._set(feature, "drifted", detail="; ".join(missing))
+            self.log.error("feature.drifted", feature=feature.name, target=feature.target,
+                           missing=missing, strict=self.strict)
+            if self.strict:
+                raise DriftError(f"feature {feature.name!r}: target {feature.target} drifted: missing "
+                                 f"{', '.join(missing)} (strict mode; set STRICT=false to go on)")
+            return st
+        ctx = InstallContext(feature, self.options(feature), self.fingerprint,
+                             self.log.bind(feature=feature.name), self.ledger)
+        try:
+            feature.install(module, ctx)
+        except Exception as exc:
+            self.ledger.uninstall(feature.name)  # roll back what the failed install patched
+            st = self._set(feature, "failed", detail=f"{type(exc).__name__}: {exc}")
+            self.log.error("feature.failed", feature=feature.name, target=feature.target,
+                           error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+                           strict=self.strict)
+            if self.strict:
+                raise DriftError(f"feature {feature.name!r}: install on {feature.target} raised "
+                                 f"{type(exc).__name__}: {exc} (strict mode)") from exc
+            return st
+        records = self.ledger.records(feature.name)
+        duration_ms = round((time.perf_counter() - start) * 1000, 3)
+        st = self._set(feature, "installed", duration_ms=duration_ms,
+                       patches=tuple(r.where for r in records))
+        self.log.info("feature.installed", feature=feature.name, target=feature.target,
+                      duration_ms=duration_ms, patches=list(st.patches))
+        for record in records:
+            stack = self.ledger.stack(record.owner, record.attr)
+            if len(stack) > 1:
+                self.log.warning("feature.conflict", feature=feature.name, attribute=record.where,
+                                 order=[r.feature for r in stack])
+        return st
+
+    def uninstall(self, name: str | None = None) -> None:
+        """Restore the originals patched by feature ``name`` (every feature when None)."""
+        for feature in reversed(list(self.features.values())):
+            if name is None or feature.name == name:
+                self.ledger.uninstall(feature.name)
+                if self._states.get(feature.name, None) and self._states[feature.name].state == "installed":
+                    self._set(feature, "armed")
+
+    # ------------------------------------------------------------------ report
+    def states(self) -> list[FeatureState]:
+        """Per feature (install order): name, state, flag value, source, target."""
+        return [self._states.get(f.name) or self._set(f, "armed" if self.value(f) else "off")
+                for f in self.features.values()]
+
+    def audit(self) -> list[FeatureState]:
+        """Re-check every feature: an armed feature whose target was never imported becomes
+        ``pending``; an installed one whose patched attribute no longer holds our replacement
+        becomes ``lost``. Emits ``feature.pending`` / ``feature.lost``; returns ``states()``."""
+        for feature in self.features.values():
+            st = self._states.get(feature.name)
+            if st is None:
+                continue
+            if st.state in ("armed", "pending") and feature.target not in sys.modules:
+                self._set(feature, "pending")
+                self.log.warning("feature.pending", feature=feature.name, target=feature.target)
+            elif st.state == "installed":
+                lost = self.ledger.lost(feature.name)
+                if lost:
+                    self._set(feature, "lost", detail=", ".join(r.where for r in lost))
+                    self.log.error("feature.lost", feature=feature.name, target=feature.target,
+                                   attributes=[r.where for r in lost])
+        return self.states()
+
+    def report(self) -> dict:
+        """The ``flags.resolved`` payload."""
+        return {
+            "profile": self.resolution.profile,
+            "settings_files": list(self.resolution.files),
+            "from_snapshot": self.from_snapshot,
+            "features": {f.name: {"value": self.value(f), "source": self.source(f)}
+                         for f in self.features.values()},
+            "armed": [f.name for f in self.armed()],
+            "fingerprint": self.fingerprint.digest,
+            "notes": list(self.resolution.notes),
+            "warnings": [p.message for p in self.resolution.warnings],
+        }
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self) -> str:
+        """JSON handed to children in ``DSV41_SNAPSHOT``: resolution, fingerprint, features dir."""
+        return json.dumps({"v": SNAPSHOT_VERSION, "resolution": self.resolution.to_dict(),
+                           "fingerprint": self.fingerprint.to_dict(),
+                           "features_dir": str(self.features_dir) if self.features_dir else None},
+                          separators=(",", ":"))
+
+
+def _read_snapshot(raw: str) -> dict | None:
+    try:
+        data = json.loads(raw)
+        if data.get("v") == SNAPSHOT_VERSION:
+            return data
+    except (ValueError, AttributeError):
+        pass
+    return None
+
+
+def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
+          environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None,
+          features_dir: Path | None = None, *, use_snapshot: bool = True,
+          configure_logging: bool = True) -> Runtime:
+    """Resolve and build a Runtime without arming anything (used by ``activate`` and the CLI).
+
+    With ``use_snapshot`` and a valid ``DSV41_SNAPSHOT`` (and no explicit files/profile), the
+    snapshot's resolution and fingerprint are used and no settings file is read.
+    Raises SettingsError (every problem listed) or DeclarationError.
+    """
+    environ = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    context = ProcessContext()
+    snap = (_read_snapshot(environ.get(SNAPSHOT_VAR, ""))
+            if use_snapshot and settings_files is None and profile is None else None)
+    if snap is not None:
+        resolution = Resolution.from_dict(snap["resolution"])
+        if configure_logging:
+            configure(context, resolution.reserved.get("LOG_FORMAT", "auto"),
+                      resolution.reserved.get("LOG_LEVEL", "info"))
+        fdir = features_dir or (Path(snap["features_dir"]) if snap.get("features_dir") else None)
+        features = discover(fdir)
+        return Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
+                       features_dir=fdir, from_snapshot=True, context=context)
+    files, _how = _settings.find_settings_files(settings_files, environ)
+    settings, prof, profiles, notes = _settings.load(files, profile, environ)
+    # reserved settings first: logging is configured before any feature module is imported
+    pre = _settings.resolve(settings, prof, profiles, files, (), environ, notes)
+    if configure_logging:
+        configure(context, pre.reserved.get("LOG_FORMAT", "auto"), pre.reserved.get("LOG_LEVEL", "info"))
+    fdir = features_dir or default_features_dir(pre)
+    features = discover(fdir)
+    resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes)
+    resolution.raise_for_errors()
+    fingerprint = compute(resolution, features, argv, environ)
+    return Runtime(features, resolution, fingerprint, features_dir=fdir, context=context)

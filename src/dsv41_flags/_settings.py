@@ -1,0 +1,418 @@
+"""Resolution: settings files + profile + ``DSV41_*`` variables -> a typed value per key, with
+its source and the chain of every value that was set for it.
+
+Loading, profiles, merging and provenance are Dynaconf's (``get_history``). Dynaconf parses
+variables as TOML, so variables are cast here from their raw text by the declared type.
+
+Default settings search (first that applies):
+  1. ``settings_files`` passed to ``activate`` / ``--settings`` on the CLI;
+  2. ``DSV41_SETTINGS``: paths separated by ``os.pathsep`` or commas (a missing one is an error);
+  3. ``settings.toml`` in the current directory;
+  4. the project's ``settings.toml`` beside the installed source tree (editable install).
+``settings.local.toml`` beside any loaded file overrides it (Dynaconf convention).
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._declare import ENV_PREFIX, Feature, Option
+from ._discovery import RESERVED_KEYS, keys_of
+from ._errors import Problem, SettingsError
+from ._values import CastError, cast, cast_bool
+
+PROFILE_VAR = "DSV41_ENV"
+SETTINGS_VAR = "DSV41_SETTINGS"
+SNAPSHOT_VAR = "DSV41_SNAPSHOT"
+DEFAULT_PROFILE = "default"
+PROJECT_SETTINGS = Path(__file__).resolve().parents[2] / "settings.toml"
+
+#: typed reserved keys: key -> (kind, default, choices)
+RESERVED_TYPES: dict[str, tuple[str, Any, tuple[str, ...]]] = {
+    "STRICT": ("bool", True, ()),
+    "FEATURES_DIR": ("str", "", ()),
+    "LOG_FORMAT": ("choice", "auto", ("auto", "json", "console")),
+    "LOG_LEVEL": ("choice", "info", ("debug", "info", "warning", "error")),
+    "RANK_GUARD": ("choice", "raise", ("raise", "warn", "off")),
+    "EXTERNAL": ("list", (), ()),
+}
+FINGERPRINT_DEFAULTS = {"prefixes": ("SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_"),
+                        "volatile": (), "volatile_argv": ("--port", "--host")}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One resolved key.
+
+    key: setting key (``FOLDED_FENCE``); feature: owning feature name ("" for reserved keys);
+    option: option name or None for a flag; value: typed value; source: where the final value came
+    from (``default`` / ``<file> [<section>]`` / ``env DSV41_<KEY>``); chain: every
+    ``(source, raw value)`` in order of precedence, lowest first.
+    """
+
+    key: str
+    feature: str
+    option: str | None
+    value: Any
+    source: str
+    chain: tuple[tuple[str, Any], ...]
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (tuples as lists)."""
+        return {"key": self.key, "feature": self.feature, "option": self.option,
+                "value": _jsonable(self.value), "source": self.source,
+                "chain": [[s, _jsonable(v)] for s, v in self.chain]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Resolved":
+        """Inverse of to_dict."""
+        value = d["value"]
+        return cls(d["key"], d["feature"], d["option"], tuple(value) if isinstance(value, list) else value,
+                   d["source"], tuple((s, v) for s, v in d["chain"]))
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The result of reading settings.
+
+    profile: active profile; profiles: profiles present in the loaded files; files: settings files
+    actually loaded (``settings.local.toml`` included); values: key -> Resolved for every flag and
+    option; reserved: typed reserved settings (STRICT, FEATURES_DIR, LOG_FORMAT, LOG_LEVEL,
+    RANK_GUARD, EXTERNAL, FINGERPRINT); volatile_sources: volatile name -> who declared it in
+    settings; problems: every error and warning; notes: informational remarks for the report.
+    """
+
+    profile: str
+    profiles: tuple[str, ...]
+    files: tuple[str, ...]
+    values: Mapping[str, Resolved]
+    reserved: Mapping[str, Any]
+    volatile_sources: Mapping[str, str] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def strict(self) -> bool:
+        """Strict mode (drift, failure and unknown keys are errors)."""
+        return bool(self.reserved.get("STRICT", True))
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity == "warning")
+
+    def flag(self, feature: Feature) -> bool:
+        """The resolved flag value of ``feature``."""
+        return bool(self.values[feature.flag].value)
+
+    def options_of(self, feature: Feature) -> dict[str, Any]:
+        """Option name -> resolved value for ``feature``."""
+        return {o.name: self.values[feature.option_key(o)].value for o in feature.options}
+
+    def raise_for_errors(self) -> None:
+        """Raise SettingsError listing every error problem, if any."""
+        if self.errors:
+            raise SettingsError(list(self.errors))
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (used for the snapshot)."""
+        return {"profile": self.profile, "profiles": list(self.profiles), "files": list(self.files),
+                "values": {k: v.to_dict() for k, v in self.values.items()},
+                "reserved": {k: _jsonable(v) for k, v in self.reserved.items()},
+                "volatile_sources": dict(self.volatile_sources),
+                "problems": [[p.key, p.origin, p.message, p.severity] for p in self.problems],
+                "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Resolution":
+        """Inverse of to_dict."""
+        return cls(profile=d["profile"], profiles=tuple(d["profiles"]), files=tuple(d["files"]),
+                   values={k: Resolved.from_dict(v) for k, v in d["values"].items()},
+                   reserved=d["reserved"], volatile_sources=d.get("volatile_sources", {}),
+                   problems=tuple(Problem(*p) for p in d.get("problems", ())),
+                   notes=tuple(d.get("notes", ())))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------------------------- files
+def find_settings_files(explicit: list[str | os.PathLike] | None = None,
+                        environ: Mapping[str, str] | None = None,
+                        cwd: Path | None = None) -> tuple[list[Path], str]:
+    """Return ``(files, how)`` following the documented search; ``how`` says which rule applied.
+
+    Raises SettingsError naming the path, who named it and the reason when an explicitly named
+    file (argument or DSV41_SETTINGS) is missing or unreadable.
+    """
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd() if cwd is None else cwd
+    if explicit:
+        paths, how = [Path(p) for p in explicit], "argument"
+    elif environ.get(SETTINGS_VAR, "").strip():
+        raw = environ[SETTINGS_VAR].replace(",", os.pathsep)
+        paths = [Path(p.strip()) for p in raw.split(os.pathsep) if p.strip()]
+        how = f"env {SETTINGS_VAR}"
+    else:
+        for candidate, how in ((cwd / "settings.toml", "current directory"),
+                               (PROJECT_SETTINGS, "project directory")):
+            if candidate.is_file():
+                return [candidate.resolve()], how
+        return [], "none found (declared defaults only)"
+    problems = []
+    resolved = []
+    for p in paths:
+        p = (cwd / p) if not p.is_absolute() else p
+        try:
+            with open(p, "rb") as fh:
+                tomllib.load(fh)
+        except FileNotFoundError:
+            problems.append(Problem(str(p), how, f"settings file {p} (named by {how}) does not exist"))
+            continue
+        except OSError as exc:
+            problems.append(Problem(str(p), how, f"settings file {p} (named by {how}) is unreadable: "
+                                                 f"{exc.strerror or exc}"))
+            continue
+        except tomllib.TOMLDecodeError as exc:
+            problems.append(Problem(str(p), how, f"settings file {p} (named by {how}) is not valid "
+                                                 f"TOML: {exc}"))
+            continue
+        resolved.append(p.resolve())
+    if problems:
+        raise SettingsError(problems)
+    return resolved, how
+
+
+def profiles_in(files: list[Path]) -> tuple[str, ...]:
+    """Profile (top-level table) names present in ``files`` and their ``.local`` companions."""
+    names: list[str] = []
+    for f in files:
+        for path in (f, f.with_name(f"{f.stem}.local{f.suffix}")):
+            if path.is_file():
+                with open(path, "rb") as fh:
+                    for name, value in tomllib.load(fh).items():
+                        if isinstance(value, dict) and name.lower() not in names:
+                            names.append(name.lower())
+    if DEFAULT_PROFILE not in names:
+        names.insert(0, DEFAULT_PROFILE)
+    return tuple(names)
+
+
+def load(files: list[Path], profile: str | None = None, environ: Mapping[str, str] | None = None):
+    """Load ``files`` with Dynaconf for ``profile`` (else ``DSV41_ENV``, else ``default``).
+
+    Returns ``(settings, profile, profiles, notes)``. A stray ``ENV_FOR_DYNACONF`` is ignored
+    (and noted). Raises SettingsError when the profile is not present in the files (the message
+    lists the profiles present) or when Dynaconf cannot load a file.
+    """
+    from dynaconf import Dynaconf
+
+    environ = os.environ if environ is None else environ
+    notes: list[str] = []
+    origin = "argument"
+    if profile is None:
+        profile, origin = environ.get(PROFILE_VAR, "").strip() or DEFAULT_PROFILE, f"env {PROFILE_VAR}"
+    profile = profile.strip().lower()
+    if environ.get("ENV_FOR_DYNACONF"):
+        notes.append(f"ENV_FOR_DYNACONF={environ['ENV_FOR_DYNACONF']!r} ignored: the profile is "
+                     f"chosen by {PROFILE_VAR} only")
+    profiles = profiles_in(files)
+    if profile not in profiles:
+        raise SettingsError([Problem(
+            PROFILE_VAR, origin,
+            f"profile {profile!r} (from {origin}) is not in the settings files "
+            f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
+    try:
+        settings = Dynaconf(
+            envvar_prefix=ENV_PREFIX.rstrip("_"), environments=True, force_env=profile,
+            env_switcher=PROFILE_VAR, settings_files=[str(f) for f in files], merge_enabled=True,
+            load_dotenv=False, core_loaders=["TOML"], auto_cast=False,
+        )
+        settings.as_dict()  # force the lazy load here, where errors can be attributed
+    except Exception as exc:  # Dynaconf raises many kinds; attribute them to the files
+        raise SettingsError([Problem("SETTINGS", ", ".join(map(str, files)),
+                                     f"loading {', '.join(map(str, files))} failed: "
+                                     f"{type(exc).__name__}: {exc}")]) from exc
+    return settings, profile, profiles, tuple(notes)
+
+
+# ---------------------------------------------------------------------------- resolution
+def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
+    """``[(source, raw)]`` for ``key`` from Dynaconf's history, raw variable text for variables."""
+    from dynaconf.utils.inspect import get_history
+
+    out = []
+    try:
+        entries = get_history(settings, key=key)
+    except Exception:  # key never set
+        entries = []
+    for entry in entries:
+        if entry["loader"] == "toml":
+            out.append((f"{entry['identifier']} [{entry['env']}]", entry["value"]))
+        elif entry["loader"].startswith("env"):
+            var = ENV_PREFIX + key
+            out.append((f"env {var}", environ.get(var, entry["value"])))
+    return out
+
+
+def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
+                problems: list[Problem]) -> tuple[Any, str, bool]:
+    """Cast every entry of the chain; return (final value, its source, ok)."""
+    value, source, ok = None, "", False
+    for origin, raw in chain:
+        try:
+            value, source, ok = caster(raw), origin, True
+        except CastError as exc:
+            name = origin.split(" ", 1)[1] if origin.startswith("env ") else key.lower()
+            where = "environment variable" if origin.startswith("env ") else origin
+            problems.append(Problem(key, origin, f"{name}={raw!r} ({where}) is not a valid value "
+                                                 f"for {what}; accepted: {exc.accepted}"))
+            ok = False
+    return value, source, ok
+
+
+def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path],
+            features: tuple[Feature, ...], environ: Mapping[str, str] | None = None,
+            notes: tuple[str, ...] = ()) -> Resolution:
+    """Resolve every flag and option of ``features`` and the reserved settings.
+
+    Bad values become error problems (never guessed); unknown keys become warnings, errors in
+    strict mode. Does not raise: call ``Resolution.raise_for_errors()``.
+    """
+    environ = os.environ if environ is None else environ
+    problems: list[Problem] = []
+
+    reserved: dict[str, Any] = {}
+    for key, (kind, default, choices) in RESERVED_TYPES.items():
+        chain = _history(settings, key, environ)
+        value, _, ok = _cast_chain(key, f"setting {key}", chain,
+                                   lambda raw: cast(kind, raw, choices=choices), problems)
+        reserved[key] = value if (chain and ok) else default
+        if key == "FEATURES_DIR" and chain and ok and value:
+            src = chain[-1][0]
+            base = Path(src.rsplit(" [", 1)[0]).parent if not src.startswith("env ") else Path.cwd()
+            reserved[key] = str((base / value).resolve())
+    fp, volatile_sources = _fingerprint_settings(settings, problems)
+    reserved["FINGERPRINT"] = fp
+
+    values: dict[str, Resolved] = {}
+    for feature in features:
+        for key, option in keys_of(feature).items():
+            declared = feature.default if option is None else option.default
+            chain = [("default", declared)] + _history(settings, key, environ)
+            if option is None:
+                what, caster = f"flag {key} (feature {feature.name})", cast_bool
+            else:
+                what = f"option {key} ({option.kind} option {option.name!r} of feature {feature.name})"
+                caster = option.cast
+            value, source, ok = _cast_chain(key, what, chain, caster, problems)
+            if not ok:
+                value, source = (declared if option is None else option.cast(declared)), "default"
+            values[key] = Resolved(key, feature.name, None if option is None else option.name,
+                                   value, source, tuple(chain))
+
+    strict = bool(reserved["STRICT"])
+    known = set(values) | set(RESERVED_KEYS)
+    external = set(reserved["EXTERNAL"]) | set(volatile_sources)
+    problems.extend(_unknown_keys(settings, known, external, environ, strict))
+    loaded = _loaded_files(settings)
+    return Resolution(profile=profile, profiles=profiles, files=tuple(loaded or map(str, files)),
+                      values=values, reserved=reserved, volatile_sources=volatile_sources,
+                      problems=tuple(problems), notes=notes)
+
+
+def _fingerprint_settings(settings, problems: list[Problem]) -> tuple[dict, dict[str, str]]:
+    """Typed ``fingerprint`` table and, per volatile name, the file [section] that declared it."""
+    from dynaconf.utils.inspect import get_history
+
+    table = settings.get("FINGERPRINT", {}) or {}
+    out = dict(FINGERPRINT_DEFAULTS)
+    sources: dict[str, str] = {}
+    if not isinstance(table, dict):
+        problems.append(Problem("FINGERPRINT", "settings", f"fingerprint={table!r} must be a table "
+                                "with prefixes, volatile, volatile_argv (lists of strings)"))
+        return out, sources
+    for name in ("prefixes", "volatile", "volatile_argv"):
+        if name in table:
+            try:
+                out[name] = cast("list", table[name])
+            except CastError as exc:
+                problems.append(Problem(f"FINGERPRINT.{name}", "settings",
+                                        f"fingerprint.{name}={table[name]!r} is not {exc.accepted}"))
+    try:
+        history = get_history(settings, key="FINGERPRINT")
+    except Exception:
+        history = []
+    for entry in history:
+        value = entry.get("value") or {}
+        if isinstance(value, dict):
+            for field_name in ("volatile", "volatile_argv"):
+                for name in value.get(field_name, ()) or ():
+                    if isinstance(name, str):
+                        sources.setdefault(name, f"settings {entry['identifier']} [{entry['env']}]")
+    return out, sources
+
+
+def _loaded_files(settings) -> list[str]:
+    from dynaconf.utils.inspect import get_history
+
+    files: list[str] = []
+    for entry in get_history(settings):
+        if entry["loader"] == "toml" and entry["identifier"] not in files:
+            files.append(entry["identifier"])
+    return files
+
+
+def _suggest(name: str, candidates: list[str]) -> str:
+    match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {match[0]}?" if match else ""
+
+
+def _unknown_keys(settings, known: set[str], external: set[str], environ: Mapping[str, str],
+                  strict: bool) -> list[Problem]:
+    from dynaconf.utils.inspect import get_history
+
+    severity = "error" if strict else "warning"
+    tail = " (an error because strict mode is on)" if strict else ""
+    problems = []
+    env_known = sorted(ENV_PREFIX + k for k in known) + sorted(external)
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX):]
+            if key.split("__")[0] not in known and name not in external:
+                problems.append(Problem(name, f"env {name}", f"environment variable {name} matches no "
+                                        f"flag, option or reserved name{_suggest(name, env_known)}{tail}",
+                                        severity))
+        elif name.upper().startswith(ENV_PREFIX):
+            problems.append(Problem(name, f"env {name}", f"environment variable {name} is lower-case "
+                                    f"and is not read (variable names are case-sensitive)"
+                                    f"{_suggest(name.upper(), env_known)}{tail}", severity))
+    seen = set()
+    for entry in get_history(settings):
+        if entry["loader"] != "toml" or not isinstance(entry["value"], dict):
+            continue
+        for key in entry["value"]:
+            upper = key.upper()
+            if upper in known or upper.endswith("_FOR_DYNACONF") or upper == "DYNACONF_MERGE":
+                continue
+            origin = f"{entry['identifier']} [{entry['env']}]"
+            if (origin, upper) in seen:
+                continue
+            seen.add((origin, upper))
+            problems.append(Problem(upper, origin, f"{origin}: key {key.lower()!r} matches no flag, "
+                                    f"option or reserved name"
+                                    f"{_suggest(key.lower(), sorted(k.lower() for k in known))}{tail}",
+                                    severity))
+    return problems

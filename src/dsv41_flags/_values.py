@@ -1,0 +1,125 @@
+"""Typed casting of raw setting values (strings from variables, TOML values from files).
+
+Dynaconf parses environment strings as TOML (``off`` stays the string "off", ``1e3`` becomes a
+float), so variables are cast here from their raw text by the declared type instead.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TRUE_WORDS = ("true", "1", "on", "yes")
+FALSE_WORDS = ("false", "0", "off", "no")
+KINDS = ("bool", "int", "float", "str", "choice", "list")
+
+
+class CastError(ValueError):
+    """A value cannot be cast. ``accepted`` says what would have been accepted."""
+
+    def __init__(self, accepted: str, detail: str = ""):
+        self.accepted = accepted
+        self.detail = detail
+        super().__init__(detail or accepted)
+
+
+def _strip(raw: str) -> str:
+    # str.strip() without arguments also strips U+00A0 (non-breaking space) and other Unicode spaces
+    return raw.strip()
+
+
+def cast_bool(raw: Any, *, empty_is_false: bool = True) -> bool:
+    """Cast a flag value to bool.
+
+    Accepted: ``bool``; the ints 0 and 1; the words true/false, 1/0, on/off, yes/no in any case,
+    surrounded by any whitespace (U+00A0 included); an empty string is False.
+    Raises CastError for anything else: no value is guessed.
+    """
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    if isinstance(raw, str):
+        word = _strip(raw).lower()
+        if word == "" and empty_is_false:
+            return False
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    raise CastError("one of true/false, 1/0, on/off, yes/no (any case), or empty for off")
+
+
+def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | None = None,
+         choices: tuple[str, ...] = ()) -> Any:
+    """Cast ``raw`` (a raw string from a variable or a TOML value from a file) to ``kind``.
+
+    kind: one of ``bool, int, float, str, choice, list`` (list = list of str; from a string,
+    comma-separated with items stripped and empty items dropped).
+    Raises CastError naming what is accepted when the value is ill-typed, out of
+    [minimum, maximum] or not one of ``choices``.
+    """
+    if kind == "bool":
+        return cast_bool(raw)
+    if kind == "int":
+        accepted = "an integer" + _bounds(minimum, maximum)
+        if isinstance(raw, bool):
+            raise CastError(accepted)
+        if isinstance(raw, int):
+            value = raw
+        elif isinstance(raw, str):
+            try:
+                value = int(_strip(raw), 10)
+            except ValueError:
+                raise CastError(accepted) from None
+        else:
+            raise CastError(accepted)
+        return _check_bounds(value, minimum, maximum, accepted)
+    if kind == "float":
+        accepted = "a finite number" + _bounds(minimum, maximum)
+        if isinstance(raw, bool):
+            raise CastError(accepted)
+        if isinstance(raw, (int, float)):
+            value = float(raw)
+        elif isinstance(raw, str):
+            try:
+                value = float(_strip(raw))
+            except ValueError:
+                raise CastError(accepted) from None
+        else:
+            raise CastError(accepted)
+        if not math.isfinite(value):
+            raise CastError(accepted)
+        return _check_bounds(value, minimum, maximum, accepted)
+    if kind == "str":
+        if isinstance(raw, str):
+            return _strip(raw)
+        raise CastError("a string")
+    if kind == "choice":
+        accepted = "one of " + ", ".join(choices)
+        if isinstance(raw, str) and _strip(raw) in choices:
+            return _strip(raw)
+        raise CastError(accepted)
+    if kind == "list":
+        accepted = "a list of strings (in a variable: comma-separated)"
+        if isinstance(raw, str):
+            return tuple(item.strip() for item in raw.split(",") if item.strip())
+        if isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
+            return tuple(raw)
+        raise CastError(accepted)
+    raise CastError(f"a declared kind among {', '.join(KINDS)}", f"unknown option kind {kind!r}")
+
+
+def _bounds(minimum: float | None, maximum: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f" >= {minimum}"
+    if maximum is not None:
+        return f" <= {maximum}"
+    return ""
+
+
+def _check_bounds(value, minimum, maximum, accepted):
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise CastError(accepted)
+    return value
