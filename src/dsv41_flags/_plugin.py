@@ -1,10 +1,33 @@
 """sglang plugin entry point (group ``sglang.srt.plugins``).
 
 sglang 0.5.23 calls ``load_plugins()`` in the main process and at the start of every scheduler,
-detokenizer and data-parallel controller process; each call lands here and activates the
-framework once per process (a snapshot from the launching process is used when present).
+detokenizer and data-parallel controller process (all started with ``spawn``); each call lands
+here and activates the framework once per process, from the launch's snapshot when present.
 """
 from __future__ import annotations
+
+import sys
+
+_RANKS = ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
+
+
+def caller_context(max_depth: int = 12) -> dict:
+    """Role and ranks of the sglang process calling ``load_plugins()``, read from the calling
+    ``run_<role>_process(..., tp_rank, pp_rank, dp_rank, ...)`` frame: e.g.
+    ``{"role": "scheduler", "tp_rank": 0, "pp_rank": 0, "dp_rank": None}``; ``{}`` when unknown."""
+    frame = sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            break
+        name = frame.f_code.co_name
+        if name.startswith("run_") and name.endswith("_process"):
+            ctx = {"role": name[len("run_"):-len("_process")]}
+            ctx.update({k: frame.f_locals[k] for k in _RANKS if frame.f_locals.get(k) is not None})
+            return ctx
+        if name == "__init__" and type(frame.f_locals.get("self")).__name__ == "Engine":
+            return {"role": "engine"}
+        frame = frame.f_back
+    return {}
 
 
 def load() -> None:
@@ -12,4 +35,6 @@ def load() -> None:
     drifted or failing armed feature stops the engine at boot, as the seeds did."""
     from . import activate
 
-    activate(role=None)
+    ctx = caller_context()
+    rt = activate(role=ctx.pop("role", None))
+    rt.context.update(**ctx)

@@ -311,15 +311,31 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         features = discover(fdir)
         return Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
                        features_dir=fdir, from_snapshot=True, context=context)
+    features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
+                                                configure_logging=configure_logging, context=context)
+    resolution.raise_for_errors()
+    fingerprint = compute(resolution, features, argv, environ)
+    return Runtime(features, resolution, fingerprint, features_dir=fdir, context=context)
+
+
+def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
+                   environ: Mapping[str, str] | None = None, features_dir: Path | None = None, *,
+                   configure_logging: bool = False, context: ProcessContext | None = None,
+                   ) -> tuple[tuple[Feature, ...], Resolution, Path]:
+    """Find and load the settings files, discover the features, resolve every key.
+
+    Returns ``(features, resolution, features_dir)``; value problems and unknown keys are in
+    ``resolution.problems`` (not raised). Raises SettingsError for a missing/unreadable settings
+    file or an unknown profile, DeclarationError for bad feature declarations.
+    """
+    environ = os.environ if environ is None else environ
     files, _how = _settings.find_settings_files(settings_files, environ)
     settings, prof, profiles, notes = _settings.load(files, profile, environ)
     # reserved settings first: logging is configured before any feature module is imported
     pre = _settings.resolve(settings, prof, profiles, files, (), environ, notes)
     if configure_logging:
-        configure(context, pre.reserved.get("LOG_FORMAT", "auto"), pre.reserved.get("LOG_LEVEL", "info"))
+        configure(context or ProcessContext(), pre.reserved.get("LOG_FORMAT", "auto"),
+                  pre.reserved.get("LOG_LEVEL", "info"))
     fdir = features_dir or default_features_dir(pre)
     features = discover(fdir)
-    resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes)
-    resolution.raise_for_errors()
-    fingerprint = compute(resolution, features, argv, environ)
-    return Runtime(features, resolution, fingerprint, features_dir=fdir, context=context)
+    return features, _settings.resolve(settings, prof, profiles, files, features, environ, notes), fdir

@@ -1,0 +1,155 @@
+"""Static drift check: verify a feature's ``requires`` against the engine's *source*, without
+importing the target (importing sglang takes seconds and, for many modules, a GPU).
+
+The target's file is found through the top-level package's location (``find_spec`` of the
+top-level name only, which does not execute it), parsed with ``ast``, and classes, functions,
+methods, keyword parameters and module-level names (assignments, annotated names, imports and
+re-exports) are looked up. A name imported from another module of the same engine is followed.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ._declare import Feature, Require
+
+_MAX_FOLLOW = 4
+
+
+@dataclass(frozen=True)
+class StaticResult:
+    """Outcome of a static check of one feature.
+
+    source: the target's file (None when not found); missing: missing pieces, e.g.
+    ``"module sglang.srt.x"``, ``"TargetVerifyExecutor.accept_and_finalize"``,
+    ``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"``.
+    """
+
+    feature: str
+    target: str
+    source: str | None
+    missing: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+
+def locate(module: str) -> Path | None:
+    """Source file of dotted ``module`` found through its top-level package's location, or None."""
+    parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if len(parts) == 1:
+        return Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for base in spec.submodule_search_locations or ():
+        path = Path(base).joinpath(*parts[1:])
+        for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+@lru_cache(maxsize=64)
+def _parse(path: str) -> ast.Module:
+    return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+
+
+def _names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names bound by a module or class body (descending into if/try/with blocks)."""
+    out: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        out[n.id] = node
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+            out[node.target.id] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name != "*":
+                    out[(alias.asname or alias.name).split(".")[0]] = node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            inner = list(node.body) + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", []))
+            for h in getattr(node, "handlers", []):
+                inner += h.body
+            out.update({k: v for k, v in _names(inner).items() if k not in out})
+    return out
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    a = fn.args
+    return {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+
+
+def _imported_from(node: ast.ImportFrom, name: str, module: str) -> tuple[str, str] | None:
+    """(module, original name) an ImportFrom binds ``name`` from, resolving relative imports."""
+    for alias in node.names:
+        if (alias.asname or alias.name) == name:
+            if node.level:
+                base = module.split(".")[: -node.level] if node.level else []
+                src = ".".join(base + ([node.module] if node.module else []))
+            else:
+                src = node.module or ""
+            return src, alias.name
+    return None
+
+
+def lookup(module: str, path: tuple[str, ...], depth: int = 0):
+    """Find ``path`` in ``module``'s source. Returns (node or None, missing piece or "")."""
+    src = locate(module)
+    if src is None:
+        return None, f"module {module}"
+    names = _names(_parse(str(src)).body)
+    node: ast.AST | None = None
+    for i, part in enumerate(path):
+        scope = names if i == 0 else (_names(node.body) if isinstance(node, ast.ClassDef) else None)
+        if scope is None or part not in scope:
+            if scope is None and isinstance(node, (ast.Import, ast.ImportFrom)):
+                break
+            return None, ".".join(path[: i + 1])
+        node = scope[part]
+        if isinstance(node, ast.ImportFrom) and depth < _MAX_FOLLOW:
+            origin = _imported_from(node, part, module)
+            if origin and origin[0].split(".")[0] == module.split(".")[0]:
+                found, missing = lookup(origin[0], (origin[1],) + path[i + 1:], depth + 1)
+                if missing.startswith("module "):  # source not found: trust the import
+                    return node, ""
+                if missing:  # say it in the target's terms
+                    return None, ".".join(path[: i + 1] + tuple(missing.split(".")[1:]))
+                return found, ""
+    return node, ""
+
+
+def check_feature(feature: Feature) -> StaticResult:
+    """Check every ``requires`` entry of ``feature`` against the target's source (no import)."""
+    src = locate(feature.target)
+    if src is None:
+        return StaticResult(feature.name, feature.target, None, (f"module {feature.target}",))
+    missing: list[str] = []
+    for req in feature.parsed_requires:
+        missing.extend(check_require(feature.target, req))
+    return StaticResult(feature.name, feature.target, str(src), tuple(missing))
+
+
+def check_require(target: str, req: Require) -> list[str]:
+    """Missing pieces for one requires entry (empty when present)."""
+    node, missing = lookup(target, req.path)
+    if missing:
+        return [missing]
+    if req.params:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return [] if node is None else [f"{req.text} (not a function in the source)"]
+        params = _params(node)
+        return [f"{'.'.join(req.path)}({p})" for p in req.params if p not in params]
+    return []
