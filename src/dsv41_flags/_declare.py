@@ -96,7 +96,8 @@ class Feature:
       uninstall and re-install without stacking wrappers.
     summary: one line.
     requires: names that must exist on the target, ``"Cls.method(param)"`` form allowed.
-    engine: requirement string for the engine distribution, e.g. ``"sglang>=0.5.23,<0.6"``.
+    engine: requirement string for the engine distribution, e.g. ``"sglang>=0.5.23,<0.6"``
+      ("" for a target outside any versioned distribution: no version check).
     fixed_in: version range in which upstream carries the fix (feature then skipped), or "".
     volatile: variable names (``DSV41_...``, ``SGLANG_...``) and argv options (``--port``) this
       feature owns that do not change tuned kernels; left out of the launch fingerprint.
@@ -141,7 +142,8 @@ class Feature:
         except DeclarationError as exc:
             raise DeclarationError(f"{where}: {exc}") from None
         try:
-            Requirement(self.engine)
+            if self.engine:
+                Requirement(self.engine)
         except InvalidRequirement as exc:
             raise DeclarationError(
                 f"{where}: engine range {self.engine!r} is not a requirement like "

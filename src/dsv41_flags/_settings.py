@@ -13,12 +13,14 @@ Default settings search (first that applies):
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from unittest import mock
 
 from ._declare import ENV_PREFIX, Feature, Option
 from ._discovery import RESERVED_KEYS, keys_of
@@ -217,8 +219,6 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     (and noted). Raises SettingsError when the profile is not present in the files (the message
     lists the profiles present) or when Dynaconf cannot load a file.
     """
-    from dynaconf import Dynaconf
-
     environ = os.environ if environ is None else environ
     notes: list[str] = []
     origin = "argument"
@@ -234,18 +234,29 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
             PROFILE_VAR, origin,
             f"profile {profile!r} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
+    # Dynaconf's env loader reads os.environ: an explicit mapping is put in place for the load
+    # (tests and the launcher pass one; single-threaded at that point)
+    scope = (contextlib.nullcontext() if environ is os.environ
+             else mock.patch.dict(os.environ, dict(environ), clear=True))
     try:
-        settings = Dynaconf(
-            envvar_prefix=ENV_PREFIX.rstrip("_"), environments=True, force_env=profile,
-            env_switcher=PROFILE_VAR, settings_files=[str(f) for f in files], merge_enabled=True,
-            load_dotenv=False, core_loaders=["TOML"], auto_cast=False,
-        )
-        settings.as_dict()  # force the lazy load here, where errors can be attributed
+        with scope:
+            settings = _dynaconf(profile, files)
+            settings.as_dict()  # force the lazy load here, where errors can be attributed
     except Exception as exc:  # Dynaconf raises many kinds; attribute them to the files
         raise SettingsError([Problem("SETTINGS", ", ".join(map(str, files)),
                                      f"loading {', '.join(map(str, files))} failed: "
                                      f"{type(exc).__name__}: {exc}")]) from exc
     return settings, profile, profiles, tuple(notes)
+
+
+def _dynaconf(profile: str, files: list[Path]):
+    from dynaconf import Dynaconf
+
+    return Dynaconf(
+        envvar_prefix=ENV_PREFIX.rstrip("_"), environments=True, force_env=profile,
+        env_switcher=PROFILE_VAR, settings_files=[str(f) for f in files], merge_enabled=True,
+        load_dotenv=False, core_loaders=["TOML"], auto_cast=False,
+    )
 
 
 # ---------------------------------------------------------------------------- resolution

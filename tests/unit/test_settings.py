@@ -1,0 +1,149 @@
+"""Resolution: profiles, files, variables, provenance, unknown keys (issues 2 and 3)."""
+import pytest
+
+from dsv41_flags import SettingsError
+from dsv41_flags._settings import find_settings_files
+
+BASE = """
+[default]
+folded_fence = false
+autotune_keep = false
+[default.fingerprint]
+volatile = ["SGLANG_RUN_ID"]
+prefixes = ["SGLANG_", "DSV41_"]
+[tp3]
+folded_fence = true
+[tp3.fingerprint]
+volatile = ["DSV41_X"]
+[tp4]
+autotune_keep = true
+"""
+
+
+def test_env_variable_overrides_with_source(make_runtime):
+    rt = make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "1", "DSV41_AUTOTUNE_KEEP": "1"})
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    assert ff.value is True and ff.source == "env DSV41_FOLDED_FENCE"
+    assert [s for s, _ in ff.chain][0] == "default"
+    assert ff.chain[-1] == ("env DSV41_FOLDED_FENCE", "1")
+    assert [f.name for f in rt.armed()] == ["autotune_keep", "folded_fence"]
+
+
+@pytest.mark.parametrize("raw,expected", [("off", False), ("False", False), (" yes ", True),
+                                          ("", False), ("ON", True), ("0", False)])
+def test_flag_words_through_variables(make_runtime, raw, expected):
+    rt = make_runtime(BASE, env={"DSV41_FOLDED_FENCE": raw})
+    assert rt.resolution.values["FOLDED_FENCE"].value is expected
+
+
+def test_bad_flag_value_is_an_error_naming_variable_value_and_words(make_runtime):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "maybe"})
+    msg = str(exc.value)
+    assert "DSV41_FOLDED_FENCE='maybe'" in msg and "environment variable" in msg
+    assert "on/off" in msg and "yes/no" in msg
+
+
+def test_bad_value_in_file_names_file_and_section(make_runtime, tmp_path):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE.replace("[tp4]\n", "[tp4]\nfolded_fence = \"sometimes\"\n"), profile="tp4")
+    assert f"{tmp_path / 'settings.toml'} [tp4]" in str(exc.value) and "'sometimes'" in str(exc.value)
+
+
+def test_profile_section_overrides_default(make_runtime, tmp_path):
+    rt = make_runtime(BASE, profile="tp3")
+    r = rt.resolution.values["FOLDED_FENCE"]
+    assert r.value is True and r.source == f"{tmp_path / 'settings.toml'} [tp3]"
+    assert rt.resolution.profile == "tp3"
+
+
+def test_profile_from_dsv41_env_and_stray_env_for_dynaconf_ignored(make_runtime):
+    rt = make_runtime(BASE, env={"DSV41_ENV": "tp4", "ENV_FOR_DYNACONF": "tp3"})
+    assert rt.resolution.profile == "tp4"
+    assert rt.resolution.values["AUTOTUNE_KEEP"].value is True
+    assert rt.resolution.values["FOLDED_FENCE"].value is False
+    assert any("ENV_FOR_DYNACONF" in n for n in rt.resolution.notes)
+
+
+def test_unknown_profile_lists_profiles(make_runtime):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE, env={"DSV41_ENV": "tp8"})
+    assert "'tp8'" in str(exc.value) and "default, tp3, tp4" in str(exc.value)
+
+
+def test_nested_tables_merge_key_by_key(make_runtime):
+    rt = make_runtime(BASE, profile="tp3")
+    fp = rt.resolution.reserved["FINGERPRINT"]
+    assert fp["prefixes"] == ("SGLANG_", "DSV41_")          # kept from [default]
+    assert set(fp["volatile"]) == {"SGLANG_RUN_ID", "DSV41_X"}  # the profile adds to the list
+
+
+def test_local_file_overrides(make_runtime, tmp_path):
+    (tmp_path / "settings.local.toml").write_text("[default]\nfolded_fence = true\n")
+    rt = make_runtime(BASE)
+    r = rt.resolution.values["FOLDED_FENCE"]
+    assert r.value is True and "settings.local.toml [default]" in r.source
+    assert str(tmp_path / "settings.local.toml") in rt.resolution.files
+
+
+def test_explicit_missing_settings_file_is_an_error(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(SettingsError) as exc:
+        find_settings_files(None, {"DSV41_SETTINGS": str(missing)}, cwd=tmp_path)
+    assert str(missing) in str(exc.value) and "DSV41_SETTINGS" in str(exc.value)
+
+
+def test_invalid_toml_is_an_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[default\nx=")
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        find_settings_files([bad], {}, cwd=tmp_path)
+
+
+def test_default_search_prefers_current_directory(tmp_path):
+    (tmp_path / "settings.toml").write_text("[default]\n")
+    files, how = find_settings_files(None, {}, cwd=tmp_path)
+    assert files == [tmp_path / "settings.toml"] and how == "current directory"
+
+
+def test_unknown_variable_suggests_closest_and_is_error_in_strict(make_runtime):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE, env={"DSV41_FOLDED_FENSE": "1"})
+    assert "did you mean DSV41_FOLDED_FENCE?" in str(exc.value)
+
+
+def test_unknown_keys_are_warnings_when_not_strict(make_runtime):
+    rt = make_runtime(BASE.replace("[default]\n", "[default]\nstrict = false\nfolded_fense = true\n"),
+                      env={"DSV41_AUTOTUNE_KEP": "1", "dsv41_folded_fence": "1"})
+    warnings = [p.message for p in rt.resolution.warnings]
+    assert any("DSV41_AUTOTUNE_KEP" in w and "did you mean DSV41_AUTOTUNE_KEEP?" in w for w in warnings)
+    assert any("'folded_fense'" in w and "did you mean folded_fence?" in w for w in warnings)
+    assert any("dsv41_folded_fence is lower-case" in w for w in warnings)
+    assert rt.resolution.values["FOLDED_FENCE"].value is False   # the lower-case one is not read
+
+
+def test_reserved_names_are_never_flags(make_runtime):
+    rt = make_runtime(BASE, env={"DSV41_ENV": "default", "DSV41_SETTINGS": "x", "DSV41_SNAPSHOT": "{}",
+                                 "DSV41_LOG_FORMAT": "json", "DSV41_STRICT": "1"})
+    assert not rt.resolution.problems
+    assert rt.resolution.reserved["LOG_FORMAT"] == "json"
+
+
+def test_every_problem_listed_at_once(make_runtime):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "maybe", "DSV41_AUTOTUNE_KEEP_KEEP_OLD": "0",
+                                "DSV41_NOPE": "1"})
+    assert len(exc.value.problems) == 3
+
+
+def test_option_bounds_through_variable(make_runtime):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE, env={"DSV41_AUTOTUNE_KEEP_KEEP_OLD": "1000"})
+    assert "DSV41_AUTOTUNE_KEEP_KEEP_OLD='1000'" in str(exc.value) and "[1, 100]" in str(exc.value)
+    rt = make_runtime(BASE, env={"DSV41_AUTOTUNE_KEEP_KEEP_OLD": " 7 "})
+    assert rt.options(rt.features["autotune_keep"]) == {"keep_old": 7}
+
+
+def test_dynaconf_tokens_are_not_interpreted(make_runtime):
+    with pytest.raises(SettingsError, match="'@del'"):
+        make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "@del"})
