@@ -77,6 +77,11 @@ class Ledger:
                 raise AttributeError(f"{owner!r} has no attribute {attr!r} to patch")
             had_own = attr in getattr(owner, "__dict__", {})
         replacement = make(below)
+        if callable(replacement) and not hasattr(replacement, "__wrapped__"):
+            try:  # lets inspect.signature (and the drift check of a re-install) see the original
+                replacement.__wrapped__ = below
+            except (AttributeError, TypeError):
+                pass
         setattr(owner, attr, replacement)
         if mine is not None:
             mine.replacement = replacement

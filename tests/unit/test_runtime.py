@@ -1,0 +1,245 @@
+"""Install, ledger, drift, failure isolation, strict mode, audit, conflicts, events (issues 2, 6)."""
+import sys
+import textwrap
+import uuid
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from dsv41_flags import DeclarationError, DriftError, Feature
+from dsv41_flags._discovery import discover
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch):
+    """A real importable target module + a features dir with features patching it."""
+    name = f"demo_target_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent("""
+        class Engine:
+            def step(self, *, fast=False, n=1):
+                return ["step", fast, n]
+        def helper(x):
+            return x + 1
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fdir = tmp_path / "feats"
+    fdir.mkdir()
+
+    def feature(fname, body, **decl):
+        args = ", ".join(f"{k}={v!r}" for k, v in decl.items())
+        (fdir / f"{fname}.py").write_text(textwrap.dedent(f"""
+            from dsv41_flags import Feature, Option
+            {textwrap.indent(textwrap.dedent(body), '            ').strip()}
+            FEATURE = Feature(name={fname!r}, target={name!r}, install=install, summary="demo",
+                              engine="", {args})
+        """))
+
+    yield type("Demo", (), {"name": name, "dir": fdir, "feature": staticmethod(feature)})
+    sys.modules.pop(name, None)
+
+
+WRAP = """
+def install(module, ctx):
+    def make(orig):
+        def step(self, *a, **kw):
+            return ["wrapped"] + orig(self, *a, **kw)
+        return step
+    ctx.patch(module.Engine, "step", make)
+"""
+
+
+def settings_for(*flags, strict=True):
+    lines = "\n".join(f"{f} = true" for f in flags)
+    return f"[default]\nstrict = {str(strict).lower()}\n{lines}\n"
+
+
+def test_install_on_import_and_uninstall(demo, make_runtime):
+    demo.feature("wrap_step", WRAP, requires=("Engine.step(fast)",))
+    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
+    rt.arm()
+    assert [s.state for s in rt.states()] == ["armed"]
+    assert rt.audit()[0].state == "pending"
+    with capture_logs() as logs:
+        mod = __import__(demo.name)
+    assert mod.Engine().step(n=2) == ["wrapped", "step", False, 2]
+    st = rt.states()[0]
+    assert st.state == "installed" and st.patches == ("Engine.step",)
+    ev = [e for e in logs if e["event"] == "feature.installed"][0]
+    assert ev["feature"] == "wrap_step" and ev["target"] == demo.name and ev["duration_ms"] >= 0
+    assert ev["pid"] > 0 and "process" in ev
+    # installing twice leaves exactly one wrapper level
+    rt.install(rt.features["wrap_step"], mod)
+    assert mod.Engine().step() == ["wrapped", "step", False, 1]
+    rt.uninstall()
+    assert mod.Engine().step() == ["step", False, 1]
+    assert "step" in vars(mod.Engine)
+
+
+def test_hook_fires_at_once_when_already_imported(demo, make_runtime):
+    demo.feature("wrap_step", WRAP)
+    mod = __import__(demo.name)
+    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
+    rt.arm()
+    assert rt.states()[0].state == "installed"
+    assert mod.Engine().step()[0] == "wrapped"
+
+
+def test_off_feature_installs_nothing(demo, make_runtime):
+    demo.feature("wrap_step", WRAP)
+    rt = make_runtime(settings_for(), features_dir=demo.dir)
+    rt.arm()
+    mod = __import__(demo.name)
+    assert mod.Engine().step() == ["step", False, 1]
+    assert rt.states()[0].state == "off"
+
+
+def test_drift_strict_raises_naming_feature_target_and_missing(demo, make_runtime):
+    demo.feature("wrap_step", WRAP, requires=("Engine.step(slow)", "Engine.gone", "helper"))
+    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
+    rt.arm()
+    with pytest.raises(DriftError) as exc:
+        __import__(demo.name)
+    msg = str(exc.value)
+    assert "wrap_step" in msg and demo.name in msg and "Engine.step(slow)" in msg and "Engine.gone" in msg
+    assert "helper" not in msg.split("missing", 1)[1]
+
+
+def test_drift_not_strict_is_reported_and_nothing_patched(demo, make_runtime):
+    demo.feature("wrap_step", WRAP, requires=("Engine.gone",))
+    rt = make_runtime(settings_for("wrap_step", strict=False), features_dir=demo.dir)
+    rt.arm()
+    with capture_logs() as logs:
+        mod = __import__(demo.name)
+    assert mod.Engine().step() == ["step", False, 1]
+    st = rt.states()[0]
+    assert st.state == "drifted" and "Engine.gone" in st.detail
+    assert [e["missing"] for e in logs if e["event"] == "feature.drifted"] == [["Engine.gone"]]
+
+
+def test_failure_is_isolated_and_rolled_back(demo, make_runtime):
+    demo.feature("broken", """
+        def install(module, ctx):
+            ctx.patch(module, "helper", lambda orig: (lambda x: 0))
+            raise ValueError("boom")
+    """)
+    demo.feature("wrap_step", WRAP)
+    rt = make_runtime(settings_for("broken", "wrap_step", strict=False), features_dir=demo.dir)
+    rt.arm()
+    with capture_logs() as logs:
+        mod = __import__(demo.name)
+    states = {s.name: s for s in rt.states()}
+    assert states["broken"].state == "failed" and "boom" in states["broken"].detail
+    assert states["wrap_step"].state == "installed"
+    assert mod.helper(1) == 2                       # the failed feature's partial patch was undone
+    failed = [e for e in logs if e["event"] == "feature.failed"][0]
+    assert "ValueError: boom" in failed["traceback"]
+
+
+def test_failure_strict_raises(demo, make_runtime):
+    demo.feature("broken", "def install(module, ctx):\n    raise KeyError('x')\n")
+    rt = make_runtime(settings_for("broken"), features_dir=demo.dir)
+    rt.arm()
+    with pytest.raises(DriftError, match="broken.*KeyError"):
+        __import__(demo.name)
+
+
+def test_audit_reports_lost_patch(demo, make_runtime):
+    demo.feature("wrap_step", WRAP)
+    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
+    rt.arm()
+    mod = __import__(demo.name)
+    mod.Engine.step = lambda self, **kw: "someone else"
+    with capture_logs() as logs:
+        states = rt.audit()
+    assert states[0].state == "lost" and "Engine.step" in states[0].detail
+    assert any(e["event"] == "feature.lost" for e in logs)
+
+
+def test_conflict_order_follows_after(demo, make_runtime):
+    body = """
+def install(module, ctx):
+    def make(orig):
+        def step(self, *a, **kw):
+            return [TAG] + orig(self, *a, **kw)
+        return step
+    ctx.patch(module.Engine, "step", make)
+"""
+    demo.feature("aaa", body.replace("TAG", "'aaa'"), after=("zzz",))
+    demo.feature("zzz", body.replace("TAG", "'zzz'"))
+    rt = make_runtime(settings_for("aaa", "zzz"), features_dir=demo.dir)
+    rt.arm()
+    with capture_logs() as logs:
+        mod = __import__(demo.name)
+    assert mod.Engine().step() == ["aaa", "zzz", "step", False, 1]   # zzz applied first
+    conflict = [e for e in logs if e["event"] == "feature.conflict"][0]
+    assert conflict["order"] == ["zzz", "aaa"] and conflict["attribute"] == "Engine.step"
+
+
+def test_fixed_upstream_skips(tmp_path, make_runtime):
+    (tmp_path / "feats").mkdir()
+    (tmp_path / "feats" / "fixed.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "FEATURE = Feature(name='fixed', target='json', install=lambda m, c: 1/0, summary='s',\n"
+        "                  engine='packaging>=1', fixed_in='>=1')\n")
+    rt = make_runtime(settings_for("fixed"), features_dir=tmp_path / "feats")
+    rt.arm()
+    st = rt.states()[0]
+    assert st.state == "fixed-upstream" and "upstream carries the fix" in st.detail
+
+
+def test_version_out_of_range_is_drift(tmp_path, make_runtime):
+    (tmp_path / "feats").mkdir()
+    (tmp_path / "feats" / "old.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "FEATURE = Feature(name='old', target='json', install=lambda m, c: None, summary='s',\n"
+        "                  engine='packaging<1')\n")
+    rt = make_runtime(settings_for("old", strict=False), features_dir=tmp_path / "feats")
+    rt.arm()
+    assert rt.states()[0].state == "drifted" and "outside packaging<1" in rt.states()[0].detail
+
+
+@pytest.mark.parametrize("decl,needle", [
+    ("name='Bad'", "lower-case"), ("target='not a module'", "dotted module"),
+    ("engine='sglang>>0.5'", "engine range"), ("requires=('a b',)", "requires entry"),
+    ("requires='Engine.step'", "must be a tuple"), ("fixed_in='abc'", "fixed_in"),
+])
+def test_bad_declaration_names_the_file(tmp_path, decl, needle):
+    fdir = tmp_path / "feats"
+    fdir.mkdir()
+    base = dict(name="'ok'", target="'json'", install="print", summary="'s'")
+    key, value = decl.split("=", 1)
+    base[key] = value
+    (fdir / "bad.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature("
+                                 + ", ".join(f"{k}={v}" for k, v in base.items()) + ")\n")
+    with pytest.raises(DeclarationError) as exc:
+        discover(fdir, entry_points=False)
+    assert str(fdir / "bad.py") in str(exc.value) and needle in str(exc.value)
+
+
+def test_duplicate_flag_across_files(tmp_path):
+    fdir = tmp_path / "feats"
+    fdir.mkdir()
+    for fname in ("a", "b"):
+        (fdir / f"{fname}.py").write_text("from dsv41_flags import Feature\n"
+                                          "FEATURE = Feature(name='same', target='json', install=print, summary='s')\n")
+    with pytest.raises(DeclarationError, match="duplicates the name"):
+        discover(fdir, entry_points=False)
+
+
+def test_option_key_colliding_with_flag(tmp_path):
+    fdir = tmp_path / "feats"
+    fdir.mkdir()
+    (fdir / "a.py").write_text("from dsv41_flags import Feature, Option\n"
+                               "FEATURE = Feature(name='a', target='json', install=print, summary='s',"
+                               " options=(Option('b', 'int', 1),))\n")
+    (fdir / "ab.py").write_text("from dsv41_flags import Feature\n"
+                                "FEATURE = Feature(name='a_b', target='json', install=print, summary='s')\n")
+    with pytest.raises(DeclarationError, match="setting key A_B"):
+        discover(fdir, entry_points=False)
+
+
+def test_feature_modules_not_imported_as_top_level_features(make_runtime):
+    make_runtime(None)
+    assert "features" not in sys.modules or not hasattr(sys.modules["features"], "FEATURE")
+    assert "dsv41_flags_features.folded_fence" in sys.modules
