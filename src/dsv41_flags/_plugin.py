@@ -31,10 +31,16 @@ def caller_context(max_depth: int = 12) -> dict:
 
 
 def load() -> None:
-    """Activate dsv41_flags in this sglang process (idempotent). Errors propagate: in strict mode a
-    drifted or failing armed feature stops the engine at boot, as the seeds did."""
+    """Activate dsv41_flags in this sglang process (idempotent), add its role and ranks to every
+    event, and register the rank consistency guard on ``initialize_model_parallel`` through sglang's
+    HookRegistry. Errors propagate: in strict mode a drifted or failing armed feature stops the
+    engine at boot, as the seeds did."""
     from . import activate
 
     ctx = caller_context()
     rt = activate(role=ctx.pop("role", None))
     rt.context.update(**ctx)
+    if not rt.guard_registered:
+        from ._guard import register_sglang_guard
+
+        rt.guard_registered = register_sglang_guard(rt)

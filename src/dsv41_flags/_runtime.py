@@ -108,6 +108,7 @@ class Runtime:
         self._states: dict[str, FeatureState] = {}
         self._hooked: set[str] = set()
         self.pid = os.getpid()
+        self.guard_registered = False
 
     # ------------------------------------------------------------------ events
     @property

@@ -1,0 +1,156 @@
+"""Every process: snapshot handed to spawn children, launcher, once per process (issue 5).
+
+Each test runs its "launching process" as a fresh interpreter so the test process's own
+environment and runtime stay untouched."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CLI = str(Path(sys.executable).with_name("dsv41-flags"))
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """A settings file, a features dir with one feature patching a demo module, and an env."""
+    (tmp_path / "demo_engine.py").write_text(textwrap.dedent("""
+        class Worker:
+            def forward(self):
+                return "stock"
+    """))
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "demo_patch.py").write_text(textwrap.dedent("""
+        from dsv41_flags import Feature
+        def install(module, ctx):
+            ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
+        FEATURE = Feature(name="demo_patch", target="demo_engine", install=install,
+                          summary="demo", requires=("Worker.forward",), engine="")
+    """))
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\ndemo_patch = true\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    env.update(DSV41_SETTINGS=str(settings), PYTHONPATH=str(tmp_path), DSV41_LOG_FORMAT="json")
+    return tmp_path, settings, env
+
+
+def events(stderr: str) -> list[dict]:
+    out = []
+    for line in stderr.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+CHILD = textwrap.dedent("""
+    import json, multiprocessing as mp, os, sys
+    def child(q):
+        import dsv41_flags
+        rt = dsv41_flags.activate()
+        import demo_engine
+        q.put({"pid": os.getpid(), "forward": demo_engine.Worker().forward(),
+               "from_snapshot": rt.from_snapshot,
+               "states": [s.to_dict() for s in rt.states()]})
+    if __name__ == "__main__":
+        import dsv41_flags
+        dsv41_flags.activate()
+        MUTATE
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start()
+        print(json.dumps(q.get(timeout=60)))
+        p.join(60)
+""")
+
+
+def test_spawn_child_installs_from_snapshot_and_logs_its_own_event(launch):
+    tmp, settings, env = launch
+    # the settings file changes after the parent resolved: the child must not see it
+    script = CHILD.replace("MUTATE", f"open({str(settings)!r}, 'w').write('[default]\\ndemo_patch = false\\n')")
+    (tmp / "parent.py").write_text(script)
+    proc = subprocess.run([sys.executable, str(tmp / "parent.py")], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["forward"] == "patched" and result["from_snapshot"] is True
+    assert result["states"][0]["state"] == "installed"
+    installed = [e for e in events(proc.stderr) if e["event"] == "feature.installed"]
+    assert [e["pid"] for e in installed] == [result["pid"]]          # the child said it itself
+    resolved = [e for e in events(proc.stderr) if e["event"] == "flags.resolved"]
+    assert len(resolved) == 2 and resolved[1]["from_snapshot"] is True
+    assert resolved[0]["role"] == "launcher" and resolved[1]["role"] != "launcher"
+
+
+def test_child_without_snapshot_resolves_itself(launch):
+    tmp, settings, env = launch
+    (tmp / "parent.py").write_text(CHILD.replace("MUTATE", "os.environ.pop('DSV41_SNAPSHOT')"))
+    proc = subprocess.run([sys.executable, str(tmp / "parent.py")], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["from_snapshot"] is False and result["forward"] == "patched"
+
+
+def test_launcher_reaches_a_spawned_grandchild(launch):
+    tmp, settings, env = launch
+    code = textwrap.dedent("""
+        import multiprocessing as mp, os
+        def grandchild():
+            import demo_engine, dsv41_flags
+            print("GRANDCHILD", os.getpid(), demo_engine.Worker().forward(),
+                  dsv41_flags.runtime().states()[0].state, flush=True)
+        if __name__ == "__main__":
+            p = mp.get_context("spawn").Process(target=grandchild)
+            p.start(); p.join(60)
+            raise SystemExit(7)
+    """)
+    (tmp / "prog.py").write_text(code)
+    proc = subprocess.run([CLI, "run", "--", sys.executable, str(tmp / "prog.py")], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp)
+    assert proc.returncode == 7, proc.stderr                  # exit code passes through
+    line = [l for l in proc.stdout.splitlines() if l.startswith("GRANDCHILD")][0]
+    _, pid, forward, state = line.split()
+    assert forward == "patched" and state == "installed"
+    assert any(e["event"] == "feature.installed" and e["pid"] == int(pid) for e in events(proc.stderr))
+
+
+def test_launcher_chains_existing_sitecustomize(launch):
+    tmp, settings, env = launch
+    other = tmp / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE'] = 'ran'\n")
+    env["PYTHONPATH"] = f"{tmp}{os.pathsep}{other}"
+    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c",
+                           "import os, dsv41_flags; print(os.environ.get('OTHER_SITE'), "
+                           "dsv41_flags.runtime() is not None)"],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ran", "True"]
+
+
+def test_launcher_refuses_bad_settings_before_starting(launch):
+    tmp, settings, env = launch
+    env["DSV41_DEMO_PATCH"] = "maybe"
+    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp)
+    assert proc.returncode == 1 and "STARTED" not in proc.stdout
+    assert "DSV41_DEMO_PATCH='maybe'" in proc.stderr
+
+
+def test_plugin_and_launcher_in_one_process_activate_once(launch):
+    tmp, settings, env = launch
+    code = ("import dsv41_flags, dsv41_flags._plugin as p\n"
+            "a = dsv41_flags.runtime(); p.load(); b = dsv41_flags.activate()\n"
+            "print(a is b and a is not None)\n")
+    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+    assert len([e for e in events(proc.stderr) if e["event"] == "flags.resolved"]) == 1
