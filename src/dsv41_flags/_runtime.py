@@ -56,12 +56,12 @@ class FeatureState:
 
 
 def default_features_dir(resolution: Resolution) -> Path:
-    """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file loaded, else the
-    project's ``features/``."""
+    """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file loaded when it
+    exists, else the project's ``features/`` (beside the source tree of an editable install)."""
     if resolution.reserved.get("FEATURES_DIR"):
         return Path(resolution.reserved["FEATURES_DIR"])
     for f in resolution.files:
-        if not Path(f).stem.endswith(".local"):
+        if not Path(f).stem.endswith(".local") and (Path(f).parent / "features").is_dir():
             return Path(f).parent / "features"
     return _settings.PROJECT_SETTINGS.parent / "features"
 
@@ -338,5 +338,11 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
         configure(context or ProcessContext(), pre.reserved.get("LOG_FORMAT", "auto"),
                   pre.reserved.get("LOG_LEVEL", "info"))
     fdir = features_dir or default_features_dir(pre)
+    if pre.reserved.get("FEATURES_DIR") and not fdir.is_dir():
+        from ._errors import Problem, SettingsError
+
+        raise SettingsError([Problem("FEATURES_DIR", "settings", f"features_dir {str(fdir)!r} is not a "
+                                     f"directory (set by features_dir / DSV41_FEATURES_DIR; relative "
+                                     f"paths are taken from the settings file's directory)")])
     features = discover(fdir)
     return features, _settings.resolve(settings, prof, profiles, files, features, environ, notes), fdir

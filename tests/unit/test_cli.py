@@ -1,0 +1,143 @@
+"""The dsv41-flags CLI through typer's runner (issues 2, 3, 4, 6)."""
+import json
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from dsv41_flags._cli import app
+
+from ..conftest import REPO_SETTINGS
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    for key in [k for k in __import__("os").environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    def run(*args, env=None):
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        result = runner.invoke(app, list(args), catch_exceptions=False)
+        for k in env or {}:
+            monkeypatch.delenv(k)
+        return result
+    return run
+
+
+def test_status_json_shows_variable_as_source(cli):
+    r = cli("status", "--json", "-s", str(REPO_SETTINGS), env={"DSV41_FOLDED_FENCE": "1"})
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["profile"] == "default" and data["settings_files"] == [str(REPO_SETTINGS)]
+    assert len(data["fingerprint"]) == 64
+    ff = {f["name"]: f for f in data["features"]}["folded_fence"]
+    assert ff["value"] is True and ff["source"] == "env DSV41_FOLDED_FENCE"
+    assert ff["state"] in ("armed", "drifted")   # drifted only when no engine is installed
+    assert ff["target"] == "sglang.srt.speculative.dspark_components.dspark_verify"
+
+
+@pytest.mark.parametrize("raw,value", [("off", False), ("False", False), (" yes ", True)])
+def test_status_words(cli, raw, value):
+    r = cli("status", "--json", "-s", str(REPO_SETTINGS), env={"DSV41_FOLDED_FENCE": raw})
+    ff = {f["name"]: f for f in json.loads(r.stdout)["features"]}["folded_fence"]
+    assert ff["value"] is value
+
+
+def test_status_and_validate_refuse_maybe(cli):
+    r = cli("status", "--json", "-s", str(REPO_SETTINGS), env={"DSV41_FOLDED_FENCE": "maybe"})
+    assert r.exit_code == 1 and "'maybe'" in r.stdout
+    r = cli("validate", "--json", "-s", str(REPO_SETTINGS), env={"DSV41_FOLDED_FENCE": "maybe"})
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1 and not data["ok"] and "on/off" in data["problems"][0]["message"]
+
+
+def test_validate_suggests_and_lists_every_problem(cli):
+    r = cli("validate", "--json", "-s", str(REPO_SETTINGS),
+            env={"DSV41_FOLDED_FENSE": "1", "DSV41_AUTOTUNE_KEEP": "maybe"})
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1 and len(data["problems"]) == 2
+    assert any("did you mean DSV41_FOLDED_FENCE?" in p["message"] for p in data["problems"])
+    assert cli("validate", "-s", str(REPO_SETTINGS)).exit_code == 0
+
+
+def test_unknown_profile_lists_profiles(cli):
+    r = cli("validate", "-s", str(REPO_SETTINGS), env={"DSV41_ENV": "tp8"})
+    assert r.exit_code == 1 and "default, tp3, tp4" in r.output
+
+
+def test_explain_chain(cli, tmp_path):
+    s = tmp_path / "s.toml"
+    s.write_text("[default]\nfolded_fence = false\n[tp3]\nfolded_fence = true\n")
+    r = cli("explain", "DSV41_FOLDED_FENCE", "--json", "-s", str(s), "-p", "tp3",
+            env={"DSV41_FOLDED_FENCE": "off"})
+    data = json.loads(r.stdout)
+    chain = data["keys"]["FOLDED_FENCE"]["chain"]
+    assert [c[0] for c in chain] == ["default", f"{s} [default]", f"{s} [tp3]", "env DSV41_FOLDED_FENCE"]
+    assert data["keys"]["FOLDED_FENCE"]["value"] is False
+    assert data["refs"] == ["sglang#40919"] and data["requires"]
+    r = cli("explain", "folded_fense", "-s", str(s))
+    assert r.exit_code == 1 and "did you mean FOLDED_FENCE" in r.output
+
+
+def test_fingerprint_diff_names_changed_flag(cli, tmp_path):
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "shape.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature(name='shape', "
+                                    "target='json', install=lambda m, c: None, summary='s', engine='')\n")
+    s = tmp_path / "settings.toml"
+    s.write_text("[default]\nshape = false\n")
+    side = tmp_path / "cache.launch"
+    assert cli("fingerprint", "-s", str(s), "--write", str(side)).exit_code == 0
+    r = cli("fingerprint", "-s", str(s), "--diff", str(side), "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["diff"]["same"] is True
+    s.write_text("[default]\nshape = true\n")
+    r = cli("fingerprint", "-s", str(s), "--diff", str(side))
+    assert r.exit_code == 1 and "settings SHAPE: False -> True" in r.stdout
+    side.write_text("ab" * 32 + "\n")
+    r = cli("fingerprint", "-s", str(s), "--diff", str(side), "--json")
+    assert json.loads(r.stdout)["diff"]["legacy"] is True
+
+
+def test_fingerprint_explain_says_who_declared_volatile(cli):
+    r = cli("fingerprint", "--explain", "--json", "-s", str(REPO_SETTINGS), "--", "serve", "--port", "1",
+            env={"SGLANG_RUN_ID": "x", "NCCL_DEBUG": "INFO"})
+    data = json.loads(r.stdout)
+    assert data["payload"]["argv"] == ["serve"] and data["payload"]["env"] == {"NCCL_DEBUG": "INFO"}
+    assert data["excluded"]["SGLANG_RUN_ID"].startswith(f"settings {REPO_SETTINGS} [default]")
+    assert data["excluded"]["FOLDED_FENCE"] == "feature folded_fence"
+
+
+def test_diff_profiles(cli, tmp_path):
+    s = tmp_path / "s.toml"
+    s.write_text(textwrap.dedent("""
+        [default]
+        autotune_keep_keep_old = 3
+        [a]
+        folded_fence = true
+        [b]
+        autotune_keep_keep_old = 5
+    """))
+    r = cli("diff", "a", "b", "--json", "-s", str(s))
+    data = json.loads(r.stdout)
+    assert {c["key"] for c in data["changes"]} == {"FOLDED_FENCE", "AUTOTUNE_KEEP_KEEP_OLD"}
+    assert data["fingerprints_differ"] is False   # both keys are volatile: caches are reused
+
+
+def test_check_reports_drifted_feature(cli, tmp_path):
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "drifty.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "FEATURE = Feature(name='drifty', target='json.decoder', install=print, summary='s', engine='',\n"
+        "                  requires=('JSONDecoder.decode(s)', 'JSONDecoder.decode(nope)', 'Gone', 'scanstring'))\n")
+    s = tmp_path / "settings.toml"
+    s.write_text("[default]\n")
+    r = cli("check", "--all", "--json", "-s", str(s))
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1
+    assert data["features"][0]["missing"] == ["JSONDecoder.decode(nope)", "Gone"]
+    r = cli("check", "-s", str(s))          # nothing armed: nothing checked
+    assert r.exit_code == 0 and "none armed" in r.stdout
