@@ -30,10 +30,11 @@ class RankMismatchError(FlagsError, RuntimeError):
 
 
 def rank_view(runtime) -> dict:
-    """What must agree across ranks: armed feature names and every non-volatile flag/option."""
+    """What must agree across ranks: armed feature names, every flag (volatile or not: a flag
+    decides which patches exist) and every non-volatile option."""
     volatile = volatile_names(runtime.resolution, list(runtime.features.values()))
     values = {k: r.value for k, r in sorted(runtime.resolution.values.items())
-              if ENV_PREFIX + k not in volatile}
+              if r.option is None or ENV_PREFIX + k not in volatile}
     view = {"armed": [f.name for f in runtime.armed()], "features": sorted(runtime.features),
             "values": json.loads(json.dumps(values, default=list))}
     view["digest"] = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()

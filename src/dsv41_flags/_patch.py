@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 _MISSING = object()
+#: attribute set on each replacement: ``(feature, original, had_own)``
+_MARK = "__dsv41_patch__"
 
 
 @dataclass
@@ -58,7 +60,8 @@ class Ledger:
         """Set ``owner.attr = make(original)``.
 
         ``original`` is the value before this feature patched it (so a second install by the same
-        feature wraps the original again, leaving one wrapper level). Raises AttributeError when
+        feature wraps the original again, leaving one wrapper level; also when the first install
+        went through another runtime's ledger in this process). Raises AttributeError when
         ``owner`` has no ``attr``; whatever ``make`` raises propagates and nothing is changed.
         """
         key = (id(owner), attr)
@@ -76,7 +79,16 @@ class Ledger:
                     del self._stacks[key]
                 raise AttributeError(f"{owner!r} has no attribute {attr!r} to patch")
             had_own = attr in getattr(owner, "__dict__", {})
+            mark = getattr(below, _MARK, None)
+            if isinstance(mark, tuple) and len(mark) == 3 and mark[0] == feature:
+                # this feature's replacement, applied by another runtime's ledger in this process:
+                # wrap what that one wrapped, so the attribute still has one wrapper level
+                below, had_own = mark[1], mark[2]
         replacement = make(below)
+        try:  # who made this replacement, over what (read by another ledger, above)
+            setattr(replacement, _MARK, (feature, below, had_own))
+        except (AttributeError, TypeError):
+            pass
         if callable(replacement) and not hasattr(replacement, "__wrapped__"):
             try:  # lets inspect.signature (and the drift check of a re-install) see the original
                 replacement.__wrapped__ = below

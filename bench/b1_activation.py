@@ -1,0 +1,238 @@
+"""Benchmark 1: what activating costs a child process.
+
+(a) A ``spawn`` child that has imported what every sglang process imports anyway (asyncio,
+    inspect, typing, logging, importlib.metadata) then runs ``import dsv41_flags; activate()``
+    from the parent's ``DSV41_SNAPSHOT`` (both seed features armed), versus the same child
+    without activating. Measured in the child with perf_counter, and as whole-process wall time
+    (parent: ``start()`` to ``join()``). Goal: at most 10 ms added.
+(b) The same in a bare interpreter (``python -c``), split into the standard-library modules the
+    framework pulls in, its third-party dependencies (structlog, wrapt, packaging, ...), the
+    framework's own modules and ``activate()``; plus whole-process wall time.
+Diagnostics: where ``activate()`` spends its time (the framework's functions timed by wrapping
+them in the child) and ``-X importtime`` self time per top-level package.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BENCH, FEATURES_DIR, PY, SETTINGS, clean_env, main, med, python, row, spread  # noqa: E402
+
+ARMED = {"DSV41_FOLDED_FENCE": "1", "DSV41_AUTOTUNE_KEEP": "1"}
+LAUNCH_ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/models/x", "--tp", "4",
+               "--port", "30000"]
+GOAL_MS = 10.0
+
+
+def make_snapshot() -> str:
+    """The launch's snapshot, as the launching process hands it to its children."""
+    from dsv41_flags._runtime import build
+
+    rt = build([SETTINGS], None, environ=clean_env(**ARMED), argv=LAUNCH_ARGV,
+               features_dir=FEATURES_DIR, use_snapshot=False, configure_logging=False)
+    return rt.snapshot()
+
+
+# ------------------------------------------------------------------------------ (a) spawn
+def spawn(env: dict, reps: int) -> tuple[list[dict], dict]:
+    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); import _activation_child as c; "
+            f"c.spawn_parent({reps})")
+    _, data = python(code, env)
+    on, off = data["on"], data["off"]
+    ms = lambda runs, k: med([r[k] for r in runs]) * 1e3  # noqa: E731
+    assert all(r["from_snapshot"] for r in on), "children did not activate from the snapshot"
+    measured, wall_on, wall_off = ms(on, "measured"), ms(on, "wall"), ms(off, "wall")
+    rows = [
+        row("1a", "spawn child: import dsv41_flags + activate() (in child)", measured, "ms",
+            "same child, nothing activated", ms(off, "measured"), goal=f"<= {GOAL_MS:g} ms added",
+            met=measured - ms(off, "measured") <= GOAL_MS, n=len(on),
+            note=f"import {ms(on, 'import'):.1f} ms + activate() {ms(on, 'activate'):.1f} ms; "
+                 f"engine base imports before it {ms(on, 'base'):.1f} ms (not counted); range "
+                 f"{spread([r['measured'] for r in on], 1e3)} ms"),
+        row("1a", "spawn child: whole-process wall (start..join)", wall_on, "ms",
+            "same child, nothing activated", wall_off, goal=f"<= {GOAL_MS:g} ms added",
+            met=wall_on - wall_off <= GOAL_MS, n=len(on),
+            note=f"ranges {spread([r['wall'] for r in on], 1e3)} vs "
+                 f"{spread([r['wall'] for r in off], 1e3)} ms; includes interpreter teardown"),
+    ]
+    details = {"armed": on[0]["armed"], "states": on[0]["states"],
+               "base_ms": ms(on, "base"), "import_ms": ms(on, "import"),
+               "activate_ms": ms(on, "activate")}
+    return rows, details
+
+
+# ------------------------------------------------------------------------------- (b) bare
+PROBE = """
+import sys, os
+sys.stderr = open(os.devnull, "w")
+before = set(sys.modules)
+import dsv41_flags
+dsv41_flags.activate()
+import json
+new = [m for m in sys.modules if m not in before and not m.startswith(("dsv41_flags", "__"))]
+std = [m for m in new if m.split(".")[0] in sys.stdlib_module_names]
+third = [m for m in new if m.split(".")[0] not in sys.stdlib_module_names]
+print(json.dumps({"std": std, "third": third}))
+"""
+
+SPLIT = """
+import sys, os, time, importlib
+sys.stderr = open(os.devnull, "w")
+STD, THIRD = {std!r}, {third!r}
+def load(names):
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            pass
+t0 = time.perf_counter()
+load(STD)
+t1 = time.perf_counter()
+load(THIRD)
+t2 = time.perf_counter()
+import dsv41_flags
+t3 = time.perf_counter()
+rt = dsv41_flags.activate()
+t4 = time.perf_counter()
+import json
+print(json.dumps({{"std": t1 - t0, "third": t2 - t1, "own_import": t3 - t2, "activate": t4 - t3,
+                  "total": t4 - t0, "from_snapshot": rt.from_snapshot}}))
+"""
+
+WALL_ON = ("import sys, os; sys.stderr = open(os.devnull, 'w'); import dsv41_flags; "
+           "dsv41_flags.activate()")
+WALL_OFF = "import sys, os; sys.stderr = open(os.devnull, 'w')"
+
+
+def bare(env: dict, reps: int) -> tuple[list[dict], dict]:
+    _, mods = python(PROBE, env)
+    code = SPLIT.format(std=mods["std"], third=mods["third"])
+    python(code, env)  # warm-up
+    splits = [python(code, env)[1] for _ in range(reps)]
+    assert all(s["from_snapshot"] for s in splits)
+    walls_on, walls_off = [], []
+    python(WALL_ON, env), python(WALL_OFF, env)
+    for i in range(reps):
+        for on in ((True, False) if i % 2 == 0 else (False, True)):
+            (walls_on if on else walls_off).append(python(WALL_ON if on else WALL_OFF, env)[0])
+    ms = lambda k: med([s[k] for s in splits]) * 1e3  # noqa: E731
+    tops = sorted({m.split(".")[0] for m in mods["third"]})
+    total = ms("total")
+    rows = [
+        row("1b", "bare python -c: import dsv41_flags + activate() (in process)", total, "ms",
+            "same interpreter, nothing activated", 0.0, goal=f"<= {GOAL_MS:g} ms added (info)",
+            met=total <= GOAL_MS, n=reps,
+            note=f"stdlib {ms('std'):.1f} + deps {ms('third'):.1f} + framework modules "
+                 f"{ms('own_import'):.1f} + activate() {ms('activate'):.1f} ms"),
+        row("1b", "  of which: stdlib modules a bare interpreter lacks", ms("std"), "ms", n=reps,
+            note=f"{len(mods['std'])} modules (json, dataclasses, hashlib, tempfile, ...)"),
+        row("1b", "  of which: third-party dependency imports", ms("third"), "ms", n=reps,
+            note=f"{len(mods['third'])} modules from {', '.join(tops)}"),
+        row("1b", "  of which: framework's own modules (import dsv41_flags)", ms("own_import"), "ms",
+            n=reps),
+        row("1b", "  of which: framework's own activate() (snapshot)", ms("activate"), "ms", n=reps),
+        row("1b", "bare python -c: whole-process wall", med(walls_on) * 1e3, "ms",
+            "python -c without the framework", med(walls_off) * 1e3,
+            goal=f"<= {GOAL_MS:g} ms added (info)",
+            met=(med(walls_on) - med(walls_off)) * 1e3 <= GOAL_MS, n=reps,
+            note=f"ranges {spread(walls_on, 1e3)} vs {spread(walls_off, 1e3)} ms"),
+    ]
+    details = {"stdlib_modules": mods["std"], "third_party_packages": tops,
+               "third_party_module_count": len(mods["third"])}
+    return rows, details
+
+
+# ---------------------------------------------------------------------------- diagnostics
+BREAKDOWN = """
+import sys, os, time, json
+sys.stderr = open(os.devnull, "w")
+import asyncio, inspect, typing, logging, importlib.metadata
+t0 = time.perf_counter()
+import dsv41_flags
+import dsv41_flags._runtime as R, dsv41_flags._discovery as D
+t1 = time.perf_counter()
+spent = {}
+def timed(owner, name, label, wrap=lambda f: f):
+    orig = getattr(owner, name)
+    def w(*a, **k):
+        t = time.perf_counter()
+        try:
+            return orig(*a, **k)
+        finally:
+            spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+    setattr(owner, name, wrap(w))
+timed(importlib.metadata, "entry_points", "discover: entry-point scan (importlib.metadata)")
+timed(D, "_import_file", "discover: feature modules (features/*.py)")
+timed(R, "discover", "discover")
+timed(R, "_read_snapshot", "snapshot JSON decode")
+timed(R.Resolution, "from_dict", "Resolution.from_dict", staticmethod)
+timed(R, "configure", "structlog configure")
+timed(R.Runtime, "arm", "arm (post-import hooks)")
+timed(R.Runtime, "report", "flags.resolved payload (report)")
+t2 = time.perf_counter()
+dsv41_flags.activate()
+t3 = time.perf_counter()
+spent["activate() total"] = t3 - t2
+spent["import dsv41_flags (after the engine base)"] = t1 - t0
+print(json.dumps(spent))
+"""
+
+IMPORTTIME = """
+import sys, os
+sys.stderr = open(os.devnull, "w")
+import asyncio, inspect, typing, logging, importlib.metadata
+os.write(2, b"--- dsv41_flags ---\\n")
+import dsv41_flags
+"""
+
+
+def diagnostics(env: dict, reps: int) -> dict:
+    runs = [python(BREAKDOWN, env)[1] for _ in range(reps)]
+    activate = {k: round(med([r.get(k, 0.0) for r in runs]) * 1e3, 2) for k in runs[0]}
+    inner = sum(v for k, v in activate.items()
+                if k in ("discover", "snapshot JSON decode", "Resolution.from_dict",
+                         "structlog configure", "arm (post-import hooks)",
+                         "flags.resolved payload (report)"))
+    activate["rest: Runtime(), structlog render of flags.resolved, role"] = round(
+        activate["activate() total"] - inner, 2)
+    # -X importtime: self time per top-level package of what ``import dsv41_flags`` imports
+    # after the engine base (lines after the marker); importtime inflates absolute figures
+    import subprocess
+
+    per_pkg: dict[str, list[float]] = {}
+    for _ in range(3):
+        proc = subprocess.run([PY, "-X", "importtime", "-c", IMPORTTIME], env=env,
+                              capture_output=True, text=True, check=True)
+        lines = proc.stderr.split("--- dsv41_flags ---", 1)[1].splitlines()
+        sums: dict[str, float] = {}
+        for line in lines:
+            if not line.startswith("import time:") or "|" not in line:
+                continue
+            parts = line[len("import time:"):].split("|")
+            try:
+                self_us = int(parts[0])
+            except ValueError:
+                continue
+            top = parts[2].strip().split(".")[0]
+            key = top if top not in sys.stdlib_module_names else "(stdlib)"
+            sums[key] = sums.get(key, 0.0) + self_us / 1e3
+        for k, v in sums.items():
+            per_pkg.setdefault(k, []).append(v)
+    importtime = {k: round(med(v), 1) for k, v in sorted(per_pkg.items(), key=lambda kv: -med(kv[1]))
+                  if med(v) >= 0.3}
+    return {"activate_breakdown_ms": activate, "importtime_self_ms_by_package": importtime}
+
+
+def run(quick: bool = False) -> dict:
+    reps = 4 if quick else 12
+    env = clean_env(DSV41_SNAPSHOT=make_snapshot(), **ARMED)
+    rows_a, det_a = spawn(env, reps)
+    rows_b, det_b = bare(env, reps)
+    diag = diagnostics(env, 3 if quick else 6)
+    return {"rows": rows_a + rows_b, "details": {"spawn": det_a, "bare": det_b, **diag}}
+
+
+if __name__ == "__main__":
+    main(run)

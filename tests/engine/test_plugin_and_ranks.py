@@ -1,0 +1,103 @@
+"""Engine tier, every process (issue 5): sglang's real ``load_plugins()`` in a spawned process
+installs the armed features on the real target modules; two gloo ranks on the CPU with different
+settings fail the rank guard naming the differing key, and agree when equal."""
+import json
+import multiprocessing as mp
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _plugin_child(q, env):
+    try:
+        os.environ.update(env)
+        from sglang.srt.plugins import load_plugins
+        from sglang.srt.plugins.hook_registry import HookRegistry
+
+        load_plugins()                         # sglang's own loader -> our entry point
+        import dsv41_flags
+        import sglang.srt.speculative.dspark_components.dspark_verify as dv
+
+        rt = dsv41_flags.runtime()
+        q.put({"ok": True, "states": {s.name: s.state for s in rt.states()},
+               "wrapped": getattr(dv.TargetVerifyExecutor.accept_and_finalize, "__module__", ""),
+               "guard": any("initialize_model_parallel" in t for t in HookRegistry._hooks),
+               "role": rt.context.fields.get("role")})
+    except BaseException:
+        q.put({"ok": False, "error": traceback.format_exc()})
+
+
+def _run(target, *args, n=1, timeout=240):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(q, *args, i) if n > 1 else (q, *args)) for i in range(n)]
+    for p in procs:
+        p.start()
+    results = []
+    try:
+        for _ in procs:
+            results.append(q.get(timeout=timeout))
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+    for r in results:
+        assert r["ok"], r.get("error")
+    return results
+
+
+def test_sglang_load_plugins_installs_armed_features_in_spawned_process():
+    env = {"DSV41_SETTINGS": str(REPO / "settings.toml"), "DSV41_FOLDED_FENCE": "1",
+           "DSV41_LOG_FORMAT": "json"}
+    (result,) = _run(_plugin_child, env)
+    assert result["states"]["folded_fence"] == "installed"
+    assert result["states"]["autotune_keep"] == "off"
+    assert result["wrapped"] == "dsv41_flags_features.folded_fence"   # the real class is patched
+    assert result["guard"] is True
+
+
+def _rank(q, init_file, settings_text, tmp, rank):
+    try:
+        import torch.distributed as dist
+
+        from dsv41_flags._guard import RankMismatchError, check_ranks
+        from dsv41_flags._runtime import build
+
+        settings = Path(tmp) / f"rank{rank}.toml"
+        settings.write_text(settings_text[rank])
+        rt = build([settings], None, environ={}, argv=[], features_dir=REPO / "features",
+                   use_snapshot=False, configure_logging=False)
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+        try:
+            check_ranks(rt, None, mode="raise")
+            q.put({"ok": True, "rank": rank, "mismatch": None})
+        except RankMismatchError as exc:
+            q.put({"ok": True, "rank": rank, "mismatch": str(exc), "table": exc.table})
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        q.put({"ok": False, "error": traceback.format_exc()})
+
+
+@pytest.mark.parametrize("texts,differs", [
+    (["[default]\nautotune_keep = true\n", "[default]\nautotune_keep = true\n"], None),
+    (["[default]\nautotune_keep = true\n", "[default]\nautotune_keep = false\n"], "AUTOTUNE_KEEP"),
+    # a volatile key may differ (keep_old); the armed set may not
+    (["[default]\nautotune_keep_keep_old = 2\n", "[default]\nautotune_keep_keep_old = 9\n"], None),
+])
+def test_rank_guard_over_two_gloo_ranks(tmp_path, texts, differs):
+    results = _run(_rank, str(tmp_path / "init"), texts, str(tmp_path), n=2)
+    if differs is None:
+        assert all(r["mismatch"] is None for r in results)
+    else:
+        for r in results:
+            assert r["mismatch"] and "armed" in r["mismatch"]
+            assert f"{differs}: rank 0: True, rank 1: False" in r["mismatch"]
