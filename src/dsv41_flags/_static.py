@@ -105,6 +105,17 @@ def _imported_from(node: ast.ImportFrom, name: str, module: str) -> tuple[str, s
     return None
 
 
+def _star_sources(body: list[ast.stmt], module: str) -> list[str]:
+    """Modules of the same top-level package re-exported with ``from x import *``."""
+    out = []
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            origin = _imported_from(node, "*", module)
+            if origin and origin[0].split(".")[0] == module.split(".")[0]:
+                out.append(origin[0])
+    return out
+
+
 def lookup(module: str, path: tuple[str, ...], depth: int = 0):
     """Find ``path`` in ``module``'s source. Returns (node or None, missing piece or "")."""
     src = locate(module)
@@ -117,6 +128,11 @@ def lookup(module: str, path: tuple[str, ...], depth: int = 0):
         if scope is None or part not in scope:
             if scope is None and isinstance(node, (ast.Import, ast.ImportFrom)):
                 break
+            if i == 0 and depth < _MAX_FOLLOW:  # ``from x import *`` of the same package
+                for star in _star_sources(_parse(str(src)).body, module):
+                    found, missing = lookup(star, path, depth + 1)
+                    if not missing:
+                        return found, ""
             return None, ".".join(path[: i + 1])
         node = scope[part]
         if isinstance(node, ast.ImportFrom) and depth < _MAX_FOLLOW:

@@ -1,0 +1,88 @@
+"""Engine tier, drift caught before serving (issue 6): the static check against the real
+sglang 0.5.23 source, without importing the engine."""
+import json
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from dsv41_flags._cli import app
+
+pytestmark = pytest.mark.engine
+
+DV = "sglang.srt.speculative.dspark_components.dspark_verify"
+
+
+@pytest.fixture
+def check(tmp_path, monkeypatch):
+    for key in [k for k in __import__("os").environ if k.startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    feats = tmp_path / "features"
+    feats.mkdir()
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\n")
+
+    def run(features: dict[str, str], *extra):
+        for name, decl in features.items():
+            (feats / f"{name}.py").write_text(textwrap.dedent(f"""
+                from dsv41_flags import Feature
+                FEATURE = Feature(name={name!r}, install=lambda m, c: None, summary="s", {decl})
+            """))
+        result = CliRunner().invoke(app, ["check", "--all", "--json", "-s", str(settings), *extra])
+        return result.exit_code, json.loads(result.stdout)
+    return run
+
+
+def test_both_ported_features_pass_check_without_importing_the_engine(monkeypatch):
+    from tests.conftest import REPO_SETTINGS
+
+    for key in [k for k in __import__("os").environ if k.startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    before = {m for m in sys.modules if m.startswith("sglang")}
+    result = CliRunner().invoke(app, ["check", "--all", "--json", "-s", str(REPO_SETTINGS)])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0 and data["ok"] and data["mode"] == "static"
+    assert {f["feature"] for f in data["features"]} == {"folded_fence", "autotune_keep"}
+    assert all(f["source"].endswith(".py") for f in data["features"])
+    assert {m for m in sys.modules if m.startswith("sglang")} == before   # nothing imported
+
+
+@pytest.mark.parametrize("decl,piece", [
+    (f"target={DV!r}, requires=('TargetVerifyExecutor.accept_and_finalise',)",
+     "TargetVerifyExecutor.accept_and_finalise"),                                   # renamed method
+    (f"target={DV!r}, requires=('TargetVerifyExecutor.accept_and_finalize(folded)',)",
+     "TargetVerifyExecutor.accept_and_finalize(folded)"),                           # removed parameter
+    ("target='sglang.srt.speculative.dspark_components.gone', requires=('X',)",
+     "module sglang.srt.speculative.dspark_components.gone"),                       # missing module
+    ("target='sglang.srt.model_executor.runner.flashinfer_autotune', "
+     "requires=('_drop_diverged_autotune_cache(cache_path, group, env, extra)',)",
+     "_drop_diverged_autotune_cache(extra)"),
+    (f"target={DV!r}, requires=('AcceptOuts.out_tokens', 'AcceptOuts.accept_lens')",
+     "AcceptOuts.accept_lens"),                                                     # struct field
+])
+def test_drifted_feature_exits_1_naming_the_piece(check, decl, piece):
+    code, data = check({"drifty": decl})
+    assert code == 1 and not data["ok"]
+    assert data["features"][0]["missing"] == [piece]
+
+
+def test_module_level_names_and_reexports_count(check):
+    code, data = check({"names": "target='sglang.srt.model_executor.runner.flashinfer_autotune', "
+                                 "requires=('FLASHINFER_AUTOTUNE_WORKAROUND_SKIPS', 'logger', 'envs', "
+                                 "'log_info_on_rank0', 'Path')"})
+    assert code == 0, data
+
+
+def test_version_range_and_fixed_in(check):
+    code, data = check({"future": f"target={DV!r}, engine='sglang>=0.6'"})
+    assert code == 1 and "sglang 0.5.23 is outside sglang>=0.6" in data["features"][0]["missing"][0]
+    code, data = check({"future": f"target={DV!r}, engine='sglang>=0.5', fixed_in='>=0.5.23'"})
+    assert "upstream carries the fix" in data["features"][0]["fixed_upstream"]
+
+
+def test_live_check_in_a_subprocess_agrees(check):
+    code, data = check({"live": f"target={DV!r}, requires=('TargetVerifyExecutor.accept_and_finalize"
+                                f"(folded_accept, nope)', 'AcceptOuts')"}, "--import")
+    assert code == 1 and data["mode"] == "import"
+    assert data["features"][0]["missing"] == ["TargetVerifyExecutor.accept_and_finalize(nope)"]
