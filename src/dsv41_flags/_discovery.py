@@ -49,9 +49,6 @@ def _import_file(path: Path):
         pkg.__path__ = []
         sys.modules[PACKAGE] = pkg
     name = f"{PACKAGE}.{path.stem}"
-    existing = sys.modules.get(name)
-    if existing is not None and getattr(existing, "__file__", None) == str(path):
-        return existing
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
