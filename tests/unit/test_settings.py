@@ -147,3 +147,22 @@ def test_option_bounds_through_variable(make_runtime):
 def test_dynaconf_tokens_are_not_interpreted(make_runtime):
     with pytest.raises(SettingsError, match="'@del'"):
         make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "@del"})
+
+
+# ------------------------------------------------------------------ property: never a stray exception
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+
+ENV_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+
+
+@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flag=ENV_TEXT, keep=ENV_TEXT)
+def test_any_variable_text_resolves_or_gives_the_documented_error(make_runtime, flag, keep):
+    try:
+        rt = make_runtime(BASE, env={"DSV41_FOLDED_FENCE": flag, "DSV41_AUTOTUNE_KEEP_KEEP_OLD": keep})
+    except SettingsError as exc:
+        for p in exc.problems:
+            assert p.origin.startswith("env DSV41_") and "accepted:" in p.message
+    else:
+        assert isinstance(rt.resolution.values["FOLDED_FENCE"].value, bool)
+        assert 1 <= rt.options(rt.features["autotune_keep"])["keep_old"] <= 100
