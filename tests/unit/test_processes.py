@@ -154,3 +154,21 @@ def test_plugin_and_launcher_in_one_process_activate_once(launch):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
     assert len([e for e in events(proc.stderr) if e["event"] == "flags.resolved"]) == 1
+
+
+def test_role_and_ranks_read_from_the_sglang_process_entry():
+    from dsv41_flags._plugin import caller_context
+
+    def load_plugins():          # what sglang's loader looks like from our entry point
+        return caller_context()
+
+    def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank):
+        return load_plugins()
+
+    assert run_scheduler_process(None, None, 0, 3, 0, 1, None) == \
+        {"role": "scheduler", "tp_rank": 3, "moe_ep_rank": 0, "pp_rank": 1}
+
+    def run_detokenizer_process(server_args, port_args):
+        return load_plugins()
+
+    assert run_detokenizer_process(None, None) == {"role": "detokenizer"}
