@@ -62,6 +62,7 @@ def set_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
 def install(module, ctx):
     """Patch the digest, the divergence gate and the autotune context of ``flashinfer_autotune``."""
     fingerprint, keep, log = ctx.fingerprint, ctx.options["keep_old"], ctx.log
+    moved_by_digest: set[Path] = set()  # caches the digest below set aside (a changed launch)
 
     def make_digest(original):
         def _autotune_cache_digest(cache_path, env):
@@ -77,6 +78,7 @@ def install(module, ctx):
                 # a different launch re-tunes: an empty digest alone would still let the stock
                 # code load the old file when every rank reports "" (they agree)
                 set_aside(cache_path, keep, reason, log)
+                moved_by_digest.add(cache_path)
                 return ""
             stamp = configs.get("_metadata")
             # the fingerprint itself differs between ranks (node rank, per-node env); only "same
@@ -90,6 +92,7 @@ def install(module, ctx):
         def _drop_diverged_autotune_cache(cache_path, group, env):
             # the stock gate unlinks on disagreement; keep a hard link so nothing is lost
             cache_path = Path(cache_path)
+            moved_by_digest.discard(cache_path)
             keeper = cache_path.with_name(f".{cache_path.name}.keep-{os.getpid()}")
             try:
                 os.link(cache_path, keeper)
@@ -99,7 +102,10 @@ def install(module, ctx):
                 return original(cache_path, group, env)
             finally:
                 if keeper is not None:
-                    if cache_path.exists():
+                    # gone because the digest already moved it aside: that copy is the kept one
+                    # (restoring and moving it again would rename a hard link onto itself, a no-op
+                    # that left the stale cache loadable)
+                    if cache_path.exists() or cache_path in moved_by_digest:
                         keeper.unlink(missing_ok=True)
                     else:
                         os.replace(keeper, cache_path)
