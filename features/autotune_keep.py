@@ -11,7 +11,7 @@ launch fingerprint (``dsv41_flags`` computes it once per launch; see README) wri
 cache after tuning. A cache is kept only when its sidecar matches the current launch, so a config
 change cannot leave one rank with a partial hit (a hit skips a profile, and a skipped profile on
 one rank desynchronises the timing reduction). A cache that must be re-tuned is moved aside
-(``<cache>.stale-<UTC time>-<pid>``, the newest ``keep_old`` copies kept), never deleted.
+(``<cache>.stale-<UTC time>-<pid>``, the latest ``keep_old`` copies kept), never deleted.
 """
 import contextlib
 import hashlib
@@ -40,17 +40,22 @@ def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
 
 
 def set_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
-    """Move ``cache_path`` (and its sidecar) to ``<name>.stale-<UTC>-<pid>``; keep the newest
-    ``keep`` stale copies of this cache, remove older ones. Returns the new path."""
+    """Move ``cache_path`` (and its sidecar) to ``<name>.stale-<UTC time>.<ns>-<pid>``; keep the
+    latest ``keep`` stale copies of this cache (by set-aside time), remove older ones.
+    Returns the new path, or None when there is no cache."""
     if not cache_path.exists():
         return None
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{os.getpid()}"
+    ns = time.time_ns()  # names sort in set-aside order; never overwrite an earlier copy
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns / 1e9)) + f".{ns % 10**9:09d}-{os.getpid()}"
     target = cache_path.with_name(f"{cache_path.name}.stale-{stamp}")
+    while target.exists():
+        stamp += "+"
+        target = cache_path.with_name(f"{cache_path.name}.stale-{stamp}")
     os.replace(cache_path, target)
     side = sidecar_path(cache_path)
     if side.exists():
         os.replace(side, side.with_name(f"{side.name}.stale-{stamp}"))
-    copies = sorted(cache_path.parent.glob(f"{cache_path.name}.stale-*"), key=lambda p: p.stat().st_mtime)
+    copies = sorted(cache_path.parent.glob(f"{cache_path.name}.stale-*"))
     for old in copies[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
         sidecar = side.with_name(f"{side.name}.stale-{old.name.split('.stale-', 1)[1]}")
