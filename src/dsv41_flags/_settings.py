@@ -20,7 +20,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from unittest import mock
 
 from ._declare import ENV_PREFIX, Feature, Option
 from ._discovery import RESERVED_KEYS, keys_of
@@ -236,8 +235,12 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
     # Dynaconf's env loader reads os.environ: an explicit mapping is put in place for the load
     # (tests and the launcher pass one; single-threaded at that point)
-    scope = (contextlib.nullcontext() if environ is os.environ
-             else mock.patch.dict(os.environ, dict(environ), clear=True))
+    if environ is os.environ:
+        scope = contextlib.nullcontext()
+    else:
+        from unittest import mock
+
+        scope = mock.patch.dict(os.environ, dict(environ), clear=True)
     try:
         with scope:
             settings = _dynaconf(profile, files)
