@@ -105,7 +105,8 @@ class Feature:
     refs: upstream references (``"sglang#40320"``).
     after: names of features whose patches must be applied before this one.
     default: flag value when no settings file or variable sets it.
-    source: file that declared it (set by discovery).
+    source: file that declared it (set by discovery); entry_point: ``(name, value)`` when it came
+      from the ``dsv41_flags.features`` entry-point group (set by discovery).
     Raises DeclarationError, naming the feature, on any invalid field.
     """
 
@@ -122,6 +123,7 @@ class Feature:
     after: tuple[str, ...] = ()
     default: bool = False
     source: str = field(default="", compare=False)
+    entry_point: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         where = f"feature {self.name!r}" + (f" ({self.source})" if self.source else "")

@@ -64,9 +64,16 @@ def _import_file(path: Path):
     return module
 
 
-def discover(features_dir: Path | None, *, entry_points: bool = True) -> tuple[Feature, ...]:
+def feature_entry_points() -> list[tuple[str, str]]:
+    """``(name, value)`` of every installed entry point of group ``dsv41_flags.features``."""
+    return [(ep.name, ep.value) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+
+
+def discover(features_dir: Path | None, *,
+             entry_points: bool | list[tuple[str, str]] = True) -> tuple[Feature, ...]:
     """Load every feature: ``*.py`` in ``features_dir`` (sorted, ``_``-prefixed files skipped) and
-    the entry points of group ``dsv41_flags.features``.
+    the entry points of group ``dsv41_flags.features`` (``entry_points``: True = scan the installed
+    distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot).
 
     Returns features sorted by name. Raises DeclarationError naming the file (or entry point) on
     a module that fails to import, declares nothing, or declares a duplicate name or key.
@@ -78,7 +85,9 @@ def discover(features_dir: Path | None, *, entry_points: bool = True) -> tuple[F
                 continue
             features.extend(_features_of(_import_file(path.resolve()), str(path.resolve())))
     if entry_points:
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        pairs = feature_entry_points() if entry_points is True else entry_points
+        for name, value in pairs:
+            ep = importlib.metadata.EntryPoint(name, value, ENTRY_POINT_GROUP)
             origin = f"entry point {ep.name} = {ep.value}"
             try:
                 obj = ep.load()
@@ -86,7 +95,9 @@ def discover(features_dir: Path | None, *, entry_points: bool = True) -> tuple[F
                 raise DeclarationError(f"{origin}: {exc}") from None
             except Exception as exc:
                 raise DeclarationError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
-            features.extend(_features_of(obj, origin))
+            for feature in _features_of(obj, origin):
+                object.__setattr__(feature, "entry_point", (name, value))
+                features.append(feature)
     check_unique(features)
     return tuple(sorted(features, key=lambda f: f.name))
 

@@ -109,6 +109,7 @@ class Runtime:
         self._hooked: set[str] = set()
         self.pid = os.getpid()
         self.guard_registered = False
+        self.entry_points = {tuple(f.entry_point) for f in features if f.entry_point}
 
     # ------------------------------------------------------------------ events
     @property
@@ -274,7 +275,8 @@ class Runtime:
         """JSON handed to children in ``DSV41_SNAPSHOT``: resolution, fingerprint, features dir."""
         return json.dumps({"v": SNAPSHOT_VERSION, "resolution": self.resolution.to_dict(),
                            "fingerprint": self.fingerprint.to_dict(),
-                           "features_dir": str(self.features_dir) if self.features_dir else None},
+                           "features_dir": str(self.features_dir) if self.features_dir else None,
+                           "entry_points": [list(p) for p in sorted(self.entry_points)]},
                           separators=(",", ":"))
 
 
@@ -309,7 +311,7 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
             configure(context, resolution.reserved.get("LOG_FORMAT", "auto"),
                       resolution.reserved.get("LOG_LEVEL", "info"))
         fdir = features_dir or (Path(snap["features_dir"]) if snap.get("features_dir") else None)
-        features = discover(fdir)
+        features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])])
         return Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
                        features_dir=fdir, from_snapshot=True, context=context)
     features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
