@@ -31,6 +31,7 @@ SettingsOpt = typer.Option(None, "--settings", "-s", help="settings file (repeat
                            "DSV41_SETTINGS, else ./settings.toml, else the project's settings.toml")
 ProfileOpt = typer.Option(None, "--profile", "-p", help="profile (default: DSV41_ENV, else default)")
 JsonOpt = typer.Option(False, "--json", help="print JSON on stdout")
+IMPORT_TIMEOUT_S = 300
 
 
 def _emit_json(data: Any) -> None:
@@ -71,7 +72,8 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
     range, whether its target and required names exist in the installed engine), fingerprint.
 
     Reads the engine's source, imports nothing of it: state is what a boot would reach before
-    importing targets (off / armed / drifted / fixed-upstream)."""
+    importing targets (off / armed / drifted / fixed-upstream). Exit 1 on settings errors, or
+    when an armed feature drifted in strict mode (a boot would stop)."""
     features, resolution, fdir = _load(settings, profile, as_json)
     fp = compute(resolution, features, [], os.environ)
     rows = []
@@ -89,9 +91,10 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
     data = {"profile": resolution.profile, "settings_files": list(resolution.files),
             "features_dir": str(fdir), "fingerprint": fp.digest, "features": rows,
             "warnings": [p.message for p in resolution.warnings], "notes": list(resolution.notes)}
+    drifted = resolution.strict and any(r["state"] == "drifted" for r in rows)
     if as_json:
         _emit_json(data)
-        return
+        raise typer.Exit(1 if drifted else 0)
     out.print(f"profile {data['profile']}  fingerprint {fp.digest[:16]}…")
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
               highlight=False)
@@ -106,6 +109,9 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
         err.print(f"warning: {w}", style="yellow")
     for n in data["notes"]:
         err.print(f"note: {n}")
+    if drifted:
+        err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -161,14 +167,27 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
             out.print(f"  requires: {', '.join(f.requires) or '-'}")
             out.print(f"  volatile: {', '.join(f.volatile) or '-'}   declared in {f.source}")
             for o in data["options"]:
-                out.print(f"  option {o['key']} ({o['kind']}, default {o['default']!r}): {o['help']}",
-                          highlight=False)
+                limits = "".join(f", {n} {o[n]}" for n in ("minimum", "maximum") if o[n] is not None)
+                limits += f", one of {', '.join(o['choices'])}" if o["choices"] else ""
+                out.print(f"  option {o['key']} ({o['kind']}, default {o['default']!r}{limits}"
+                          f"{', volatile' if o['volatile'] else ''}): {o['help']}")
             for k in shown:
                 r = resolution.values[k]
                 out.print(f"  {k} = {r.value!r}  (from {r.source})")
                 for i, (src, raw) in enumerate(r.chain):
                     out.print(f"    {i + 1}. {src}: {raw!r}")
             return
+    reserved = {"ENV": ("profile (DSV41_ENV)", resolution.profile),
+                "SETTINGS": ("settings files (DSV41_SETTINGS)", list(resolution.files)),
+                "SNAPSHOT": ("snapshot handed to child processes (DSV41_SNAPSHOT)", None)}
+    reserved.update({k: ("reserved setting", v) for k, v in resolution.reserved.items()})
+    if wanted in reserved:
+        what, value = reserved[wanted]
+        if as_json:
+            _emit_json({"reserved": wanted, "what": what, "value": value})
+        else:
+            out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)")
+        return
     known = sorted(k for f in features for k in keys_of(f))
     import difflib
     close = difflib.get_close_matches(wanted, known, n=1)
@@ -191,9 +210,6 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
     if explain_:
         data["payload"] = fp.payload
         data["excluded"] = fp.excluded
-    if write:
-        write_sidecar(write, fp)
-        data["written"] = str(write)
     if diff is not None:
         side = read_sidecar(diff)
         if side.legacy:
@@ -205,6 +221,13 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
         else:
             changes = payload_diff(side.payload, fp.payload)
             data["diff"] = {"sidecar": str(diff), "same": side.digest == fp.digest, "changes": changes}
+    if write:  # after --diff: comparing with the file being replaced must see the old one
+        try:
+            write_sidecar(write, fp)
+        except OSError as exc:
+            _fail(FlagsError(f"--write {str(write)!r}: cannot write the sidecar: "
+                             f"{exc.strerror or exc}"), as_json)
+        data["written"] = str(write)
     if as_json:
         _emit_json(data)
     else:
@@ -227,7 +250,8 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
             else:
                 out.print(f"different launch: {d['reason']}")
     if "diff" in data and not data["diff"].get("same"):
-        raise typer.Exit(1)
+        # 1: a different launch; 2: the sidecar could not be read as one
+        raise typer.Exit(1 if ("changes" in data["diff"] or data["diff"].get("legacy")) else 2)
 
 
 @app.command("diff")
@@ -301,11 +325,16 @@ def _live_missing(feature, fdir) -> list[str]:
             "try:\n    m = importlib.import_module(f.target)\n"
             "except Exception as e:\n    print(json.dumps([f'module {f.target} ({type(e).__name__}: {e})'])); sys.exit()\n"
             "print(json.dumps(missing_on(f, m)))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return [f"module {feature.target} (import did not finish within {IMPORT_TIMEOUT_S} s)"]
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return [f"import check failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"]
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
+        return [f"module {feature.target} (the import check process failed: {last})"]
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -324,6 +353,12 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         exec_command(list(ctx.args), settings, profile)
     except FlagsError as exc:
         _fail(exc, False)
+    except FileNotFoundError:
+        err.print(f"error: command not found: {ctx.args[0]}", style="red")
+        raise typer.Exit(127)
+    except OSError as exc:
+        err.print(f"error: cannot run {ctx.args[0]}: {exc.strerror or exc}", style="red")
+        raise typer.Exit(126)
 
 
 def main() -> None:

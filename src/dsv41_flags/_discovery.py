@@ -57,8 +57,10 @@ def _import_file(path: Path):
     except DeclarationError as exc:
         del sys.modules[name]
         raise DeclarationError(f"{path}: {exc}") from None
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit from a module body included
         del sys.modules[name]
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise DeclarationError(f"{path}: importing the feature module raised "
                                f"{type(exc).__name__}: {exc}") from exc
     return module
@@ -111,8 +113,8 @@ def keys_of(feature: Feature) -> dict[str, Option | None]:
 
 
 def check_unique(features: list[Feature]) -> None:
-    """Raise DeclarationError when two features share a name or a setting key, or a key is
-    reserved by the framework."""
+    """Raise DeclarationError when two features share a name or a setting key, a key is reserved by
+    the framework, or ``after`` names the feature itself or no known feature."""
     owner: dict[str, Feature] = {}
     for feature in features:
         for key in keys_of(feature):
@@ -126,3 +128,11 @@ def check_unique(features: list[Feature]) -> None:
                     f"feature {feature.name!r} ({feature.source}) duplicates the {what} of feature "
                     f"{other.name!r} ({other.source})")
             owner[key] = feature
+    names = {f.name for f in features}
+    for feature in features:
+        for dep in feature.after:
+            if dep == feature.name or dep not in names:
+                raise DeclarationError(
+                    f"feature {feature.name!r} ({feature.source}): after={dep!r} names "
+                    f"{'itself' if dep == feature.name else 'no known feature'}; "
+                    f"known: {', '.join(sorted(names))}")

@@ -1,7 +1,9 @@
 """Launch fingerprint: sha256 over what makes two launches "the same" for caches.
 
 Payload (canonical JSON, sorted keys, no whitespace):
-  ``argv``: the command line without volatile options (``--port 30000`` / ``--port=30000``);
+  ``argv``: the command line as ``[program, *args]`` (see ``normalize_argv``: the same whether
+  typed after ``dsv41-flags run --`` or read from ``sys.argv``) without volatile options
+  (``--port 30000`` / ``--port=30000``);
   ``env``: variables with a configured prefix that are neither volatile, nor reserved, nor the
   variable of a flag or option (those enter by resolved value, below);
   ``settings``: resolved value of every non-volatile flag and option, whatever its source.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +53,7 @@ class Fingerprint:
 def canonical(payload: Mapping[str, Any]) -> bytes:
     """Canonical JSON bytes of a payload: sorted keys, compact separators, UTF-8."""
     return json.dumps(_jsonable(payload), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode()
+                      ensure_ascii=True).encode()
 
 
 def volatile_names(resolution: Resolution, features: Sequence[Feature]) -> dict[str, str]:
@@ -64,6 +67,49 @@ def volatile_names(resolution: Resolution, features: Sequence[Feature]) -> dict[
                 names.setdefault(ENV_PREFIX + feature.option_key(option), f"feature {feature.name} "
                                  f"(option {option.name})")
     return names
+
+
+def normalize_argv(argv: Sequence[str]) -> list[str]:
+    """The launch command as ``[program, *args]`` whoever wrote it: ``python -m sglang.launch_server
+    --tp 4`` (as typed after ``dsv41-flags run --``) and ``sys.argv`` of that process
+    (``[".../site-packages/sglang/launch_server.py", "--tp", "4"]``) both give
+    ``["sglang.launch_server", "--tp", "4"]``. Interpreter options before ``-m``/script are dropped."""
+    argv = [str(a) for a in argv]
+    if not argv:
+        return []
+    if Path(argv[0]).name.startswith("python"):
+        i = 1
+        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c", "-"):
+            i += 2 if argv[i] in ("-X", "-W", "-Q") else 1
+        if i >= len(argv):
+            return ["python"]
+        if argv[i] in ("-m", "-c") and i + 1 < len(argv):
+            return [argv[i + 1] if argv[i] == "-m" else "-c"] + argv[i + 2:]
+        return [_program(argv[i])] + argv[i + 1:]
+    return [_program(argv[0])] + argv[1:]
+
+
+def _program(path: str) -> str:
+    """A script path as a dotted module name when it lies on sys.path, else its file name."""
+    if path in ("-c", "-"):
+        return path
+    p = Path(path)
+    if p.suffix == ".py":
+        try:
+            full = p.resolve()
+        except OSError:
+            full = p
+        for entry in sorted((e for e in sys.path if e), key=len, reverse=True):
+            try:
+                rel = full.relative_to(Path(entry).resolve())
+            except (ValueError, OSError):
+                continue
+            parts = list(rel.with_suffix("").parts)
+            if parts and parts[-1] in ("__main__", "__init__"):
+                parts = parts[:-1]
+            if parts and all(part.isidentifier() for part in parts):
+                return ".".join(parts)
+    return p.name
 
 
 def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, volatile: dict) -> list[str]:
@@ -91,7 +137,7 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
     volatile = volatile_names(resolution, features)
     volatile_argv = {n for n in volatile if n.startswith("-")} | set(cfg.get("volatile_argv", ()))
     excluded: dict[str, str] = {}
-    argv_part = _strip_argv(list(argv), volatile_argv, excluded, volatile)
+    argv_part = _strip_argv(normalize_argv(argv), volatile_argv, excluded, volatile)
 
     setting_vars = {ENV_PREFIX + k for k in resolution.values}
     reserved_vars = {ENV_PREFIX + k for k in RESERVED_KEYS}
@@ -127,11 +173,18 @@ def write_sidecar(path: os.PathLike | str, fingerprint: Fingerprint) -> Path:
     """Write ``{"fingerprint", "payload"}`` JSON to ``path`` atomically (temporary file in the same
     directory, fsync, rename): readers see the old file or the new one, never half of one.
     Raises OSError when the directory is not writable (the temporary file is removed)."""
-    path = Path(path)
+    path = Path(path).resolve()  # through a symlink: write the file it points to
     data = json.dumps({"fingerprint": fingerprint.digest, "payload": _jsonable(fingerprint.payload)},
                       sort_keys=True, indent=1).encode()
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)  # mkstemp makes 0600: keep the old file's mode, else the umask's
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -158,17 +211,23 @@ def read_sidecar(path: os.PathLike | str) -> Sidecar:
     """Read a sidecar. Never raises for content: a missing or malformed file gives ``error``;
     a seed-era file (one hex line) gives ``legacy=True`` and no payload (always a mismatch)."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        return Sidecar("", None, error=f"{path}: {exc.strerror or exc}")
+        return Sidecar("", None, error=f"{path}: cannot read it: {exc.strerror or exc}")
+    except UnicodeDecodeError:
+        return Sidecar("", None, error=f"{path}: not a sidecar (not UTF-8 text)")
     stripped = text.strip()
     if len(stripped) == 64 and all(c in "0123456789abcdef" for c in stripped):
         return Sidecar(stripped, None, legacy=True)
+    expected = 'expected JSON {"fingerprint": "<64 hex>", "payload": {"argv", "env", "settings"}}'
     try:
         data = json.loads(text)
-        return Sidecar(str(data["fingerprint"]), data["payload"])
-    except (ValueError, KeyError, TypeError) as exc:
-        return Sidecar("", None, error=f"{path}: not a sidecar ({exc})")
+    except ValueError:
+        return Sidecar("", None, error=f"{path}: not a sidecar (not JSON; {expected})")
+    if not (isinstance(data, dict) and isinstance(data.get("fingerprint"), str)
+            and isinstance(data.get("payload"), dict)):
+        return Sidecar("", None, error=f"{path}: not a sidecar ({expected})")
+    return Sidecar(data["fingerprint"], data["payload"])
 
 
 def matches(sidecar: Sidecar, fingerprint: Fingerprint) -> bool:

@@ -29,6 +29,7 @@ from ._settings import SNAPSHOT_VAR, Resolution
 
 STATES = ("off", "armed", "installed", "drifted", "failed", "pending", "fixed-upstream", "lost")
 SNAPSHOT_VERSION = 1
+STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ class Runtime:
                            missing=missing, strict=self.strict)
             if self.strict:
                 raise DriftError(f"feature {feature.name!r}: target {feature.target} drifted: missing "
-                                 f"{', '.join(missing)} (strict mode; set STRICT=false to go on)")
+                                 f"{', '.join(missing)} ({STRICT_HINT})")
             return st
         ctx = InstallContext(feature, self.options(feature), self.fingerprint,
                              self.log.bind(feature=feature.name), self.ledger)
@@ -208,7 +209,7 @@ class Runtime:
                            strict=self.strict)
             if self.strict:
                 raise DriftError(f"feature {feature.name!r}: install on {feature.target} raised "
-                                 f"{type(exc).__name__}: {exc} (strict mode)") from exc
+                                 f"{type(exc).__name__}: {exc} ({STRICT_HINT})") from exc
             return st
         records = self.ledger.records(feature.name)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)

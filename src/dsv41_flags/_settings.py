@@ -150,13 +150,51 @@ def _jsonable(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------- files
+def local_companion(path: Path) -> Path:
+    """``settings.local.toml`` beside ``settings.toml`` (Dynaconf's convention)."""
+    return path.with_name(f"{path.stem}.local{path.suffix}")
+
+
+def _check_file(path: Path, how: str) -> list[Problem]:
+    """Problems of one settings file: missing, unreadable, not ``*.toml``, invalid TOML or UTF-8,
+    keys outside a ``[profile]`` section, Dynaconf's special ``[global]`` / ``[dynaconf]``."""
+    def problem(reason: str) -> list[Problem]:
+        return [Problem(str(path), how, f"settings file {path} (named by {how}) {reason}")]
+
+    if path.suffix != ".toml":
+        return problem("is not a *.toml file: only TOML settings files are read")
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        return problem("does not exist")
+    except IsADirectoryError:
+        return problem("is a directory, not a file")
+    except OSError as exc:
+        return problem(f"is unreadable: {exc.strerror or exc}")
+    except UnicodeDecodeError as exc:
+        return problem(f"is not UTF-8 text: {exc.reason} at byte {exc.start}")
+    except ValueError as exc:  # tomllib.TOMLDecodeError
+        return problem(f"is not valid TOML: {exc}")
+    problems = []
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            problems += problem(f"sets {key!r} outside any section: put it under [default] or a "
+                                f"[profile] section")
+        elif key.lower() in ("global", "dynaconf"):
+            problems += problem(f"has a [{key}] section, which Dynaconf treats specially: use "
+                                f"[default] or a profile name")
+    return problems
+
+
 def find_settings_files(explicit: list[str | os.PathLike] | None = None,
                         environ: Mapping[str, str] | None = None,
                         cwd: Path | None = None) -> tuple[list[Path], str]:
     """Return ``(files, how)`` following the documented search; ``how`` says which rule applied.
 
-    Raises SettingsError naming the path, who named it and the reason when an explicitly named
-    file (argument or DSV41_SETTINGS) is missing or unreadable.
+    Every file found and its ``.local`` companion (when present) are checked. Raises SettingsError
+    naming the path, who named it and the reason when a file is missing (explicitly named),
+    unreadable, not ``*.toml``, not valid TOML, or has keys outside a profile section.
     """
     environ = os.environ if environ is None else environ
     cwd = Path.cwd() if cwd is None else cwd
@@ -167,29 +205,21 @@ def find_settings_files(explicit: list[str | os.PathLike] | None = None,
         paths = [Path(p.strip()) for p in raw.split(os.pathsep) if p.strip()]
         how = f"env {SETTINGS_VAR}"
     else:
-        for candidate, how in ((cwd / "settings.toml", "current directory"),
-                               (PROJECT_SETTINGS, "project directory")):
+        paths, how = [], "none found (declared defaults only)"
+        for candidate, rule in ((cwd / "settings.toml", "current directory"),
+                                (PROJECT_SETTINGS, "project directory")):
             if candidate.is_file():
-                return [candidate.resolve()], how
-        return [], "none found (declared defaults only)"
+                paths, how = [candidate], rule
+                break
     problems = []
     resolved = []
     for p in paths:
         p = (cwd / p) if not p.is_absolute() else p
-        try:
-            with open(p, "rb") as fh:
-                tomllib.load(fh)
-        except FileNotFoundError:
-            problems.append(Problem(str(p), how, f"settings file {p} (named by {how}) does not exist"))
-            continue
-        except OSError as exc:
-            problems.append(Problem(str(p), how, f"settings file {p} (named by {how}) is unreadable: "
-                                                 f"{exc.strerror or exc}"))
-            continue
-        except tomllib.TOMLDecodeError as exc:
-            problems.append(Problem(str(p), how, f"settings file {p} (named by {how}) is not valid "
-                                                 f"TOML: {exc}"))
-            continue
+        found = _check_file(p, how)
+        local = local_companion(p)
+        if not found and local.exists():
+            found = _check_file(local, f"beside {p}")
+        problems += found
         resolved.append(p.resolve())
     if problems:
         raise SettingsError(problems)
@@ -197,10 +227,11 @@ def find_settings_files(explicit: list[str | os.PathLike] | None = None,
 
 
 def profiles_in(files: list[Path]) -> tuple[str, ...]:
-    """Profile (top-level table) names present in ``files`` and their ``.local`` companions."""
+    """Profile (top-level table) names present in ``files`` and their ``.local`` companions
+    (files already checked by ``find_settings_files``)."""
     names: list[str] = []
     for f in files:
-        for path in (f, f.with_name(f"{f.stem}.local{f.suffix}")):
+        for path in (f, local_companion(f)):
             if path.is_file():
                 with open(path, "rb") as fh:
                     for name, value in tomllib.load(fh).items():
@@ -224,23 +255,27 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     if profile is None:
         profile, origin = environ.get(PROFILE_VAR, "").strip() or DEFAULT_PROFILE, f"env {PROFILE_VAR}"
     profile = profile.strip().lower()
-    if environ.get("ENV_FOR_DYNACONF"):
-        notes.append(f"ENV_FOR_DYNACONF={environ['ENV_FOR_DYNACONF']!r} ignored: the profile is "
-                     f"chosen by {PROFILE_VAR} only")
+    # Dynaconf also obeys DYNACONF_* and *_FOR_DYNACONF variables (a stray ENV_FOR_DYNACONF from
+    # another program, DYNACONF_<KEY> values, SETTINGS_FILE_FOR_DYNACONF...): only DSV41_* counts
+    ignored = sorted(k for k in environ if k.startswith("DYNACONF_") or k.endswith("_FOR_DYNACONF"))
+    if ignored:
+        notes.append(f"ignored Dynaconf variable(s) {', '.join(ignored)}: dsv41_flags reads DSV41_* "
+                     f"only (the profile is chosen by {PROFILE_VAR})")
     profiles = profiles_in(files)
     if profile not in profiles:
         raise SettingsError([Problem(
             PROFILE_VAR, origin,
             f"profile {profile!r} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
-    # Dynaconf's env loader reads os.environ: an explicit mapping is put in place for the load
-    # (tests and the launcher pass one; single-threaded at that point)
-    if environ is os.environ:
+    # Dynaconf's env loader reads os.environ: an explicit or cleaned mapping is put in place for
+    # the load (single-threaded at that point: process start, CLI, tests)
+    if environ is os.environ and not ignored:
         scope = contextlib.nullcontext()
     else:
         from unittest import mock
 
-        scope = mock.patch.dict(os.environ, dict(environ), clear=True)
+        clean = {k: v for k, v in environ.items() if k not in ignored}
+        scope = mock.patch.dict(os.environ, clean, clear=True)
     try:
         with scope:
             settings = _dynaconf(profile, files)
@@ -341,8 +376,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     known = set(values) | set(RESERVED_KEYS)
     external = set(reserved["EXTERNAL"]) | set(volatile_sources)
     problems.extend(_unknown_keys(settings, known, external, environ, strict))
-    loaded = _loaded_files(settings)
-    return Resolution(profile=profile, profiles=profiles, files=tuple(loaded or map(str, files)),
+    loaded = [str(p) for f in files for p in (f, local_companion(f)) if p.is_file()]
+    return Resolution(profile=profile, profiles=profiles, files=tuple(loaded),
                       values=values, reserved=reserved, volatile_sources=volatile_sources,
                       problems=tuple(problems), notes=notes)
 
@@ -358,6 +393,11 @@ def _fingerprint_settings(settings, problems: list[Problem]) -> tuple[dict, dict
         problems.append(Problem("FINGERPRINT", "settings", f"fingerprint={table!r} must be a table "
                                 "with prefixes, volatile, volatile_argv (lists of strings)"))
         return out, sources
+    for name in sorted(set(table) - set(FINGERPRINT_DEFAULTS)):
+        problems.append(Problem(f"FINGERPRINT.{name}", "settings",
+                                f"fingerprint.{name} is not a fingerprint setting; accepted: "
+                                f"{', '.join(FINGERPRINT_DEFAULTS)}"
+                                f"{_suggest(name, list(FINGERPRINT_DEFAULTS))}"))
     for name in ("prefixes", "volatile", "volatile_argv"):
         if name in table:
             try:
@@ -377,16 +417,6 @@ def _fingerprint_settings(settings, problems: list[Problem]) -> tuple[dict, dict
                     if isinstance(name, str):
                         sources.setdefault(name, f"settings {entry['identifier']} [{entry['env']}]")
     return out, sources
-
-
-def _loaded_files(settings) -> list[str]:
-    from dynaconf.utils.inspect import get_history
-
-    files: list[str] = []
-    for entry in get_history(settings):
-        if entry["loader"] == "toml" and entry["identifier"] not in files:
-            files.append(entry["identifier"])
-    return files
 
 
 def _suggest(name: str, candidates: list[str]) -> str:

@@ -6,11 +6,14 @@ float), so variables are cast here from their raw text by the declared type inst
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 TRUE_WORDS = ("true", "1", "on", "yes")
 FALSE_WORDS = ("false", "0", "off", "no")
 KINDS = ("bool", "int", "float", "str", "choice", "list")
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 
 
 class CastError(ValueError):
@@ -67,10 +70,9 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
         if isinstance(raw, int):
             value = raw
         elif isinstance(raw, str):
-            try:
-                value = int(_strip(raw), 10)
-            except ValueError:
-                raise CastError(accepted) from None
+            if not _INT.fullmatch(_strip(raw)):  # ASCII digits only: no "1_0", no other scripts
+                raise CastError(accepted)
+            value = int(_strip(raw), 10)
         else:
             raise CastError(accepted)
         return _check_bounds(value, minimum, maximum, accepted)
@@ -81,10 +83,9 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
         if isinstance(raw, (int, float)):
             value = float(raw)
         elif isinstance(raw, str):
-            try:
-                value = float(_strip(raw))
-            except ValueError:
-                raise CastError(accepted) from None
+            if not _FLOAT.fullmatch(_strip(raw)):
+                raise CastError(accepted)
+            value = float(_strip(raw))
         else:
             raise CastError(accepted)
         if not math.isfinite(value):
