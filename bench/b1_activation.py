@@ -13,7 +13,6 @@ them in the child) and ``-X importtime`` self time per top-level package.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -119,6 +118,7 @@ def bare(env: dict, reps: int) -> tuple[list[dict], dict]:
             (walls_on if on else walls_off).append(python(WALL_ON if on else WALL_OFF, env)[0])
     ms = lambda k: med([s[k] for s in splits]) * 1e3  # noqa: E731
     tops = sorted({m.split(".")[0] for m in mods["third"]})
+    std_tops = list(dict.fromkeys(m.split(".")[0].lstrip("_") for m in mods["std"]))
     total = ms("total")
     rows = [
         row("1b", "bare python -c: import dsv41_flags + activate() (in process)", total, "ms",
@@ -127,7 +127,7 @@ def bare(env: dict, reps: int) -> tuple[list[dict], dict]:
             note=f"stdlib {ms('std'):.1f} + deps {ms('third'):.1f} + framework modules "
                  f"{ms('own_import'):.1f} + activate() {ms('activate'):.1f} ms"),
         row("1b", "  of which: stdlib modules a bare interpreter lacks", ms("std"), "ms", n=reps,
-            note=f"{len(mods['std'])} modules (json, dataclasses, hashlib, tempfile, ...)"),
+            note=f"{len(mods['std'])} modules: {', '.join(std_tops[:12])}, ..."),
         row("1b", "  of which: third-party dependency imports", ms("third"), "ms", n=reps,
             note=f"{len(mods['third'])} modules from {', '.join(tops)}"),
         row("1b", "  of which: framework's own modules (import dsv41_flags)", ms("own_import"), "ms",
@@ -140,7 +140,7 @@ def bare(env: dict, reps: int) -> tuple[list[dict], dict]:
             note=f"ranges {spread(walls_on, 1e3)} vs {spread(walls_off, 1e3)} ms"),
     ]
     details = {"stdlib_modules": mods["std"], "third_party_packages": tops,
-               "third_party_module_count": len(mods["third"])}
+               "third_party_modules": mods["third"]}
     return rows, details
 
 
@@ -153,24 +153,27 @@ t0 = time.perf_counter()
 import dsv41_flags
 import dsv41_flags._runtime as R, dsv41_flags._discovery as D
 t1 = time.perf_counter()
-spent = {}
+spent = {}  # in the order wrapped below (0.0 when a part did not run)
 def timed(owner, name, label, wrap=lambda f: f):
-    orig = getattr(owner, name)
+    orig = getattr(owner, name, None)
+    if orig is None:
+        return
+    spent[label] = 0.0
     def w(*a, **k):
         t = time.perf_counter()
         try:
             return orig(*a, **k)
         finally:
-            spent[label] = spent.get(label, 0.0) + time.perf_counter() - t
+            spent[label] += time.perf_counter() - t
     setattr(owner, name, wrap(w))
-timed(importlib.metadata, "entry_points", "discover: entry-point scan (importlib.metadata)")
-timed(D, "_import_file", "discover: feature modules (features/*.py)")
-timed(R, "discover", "discover")
 timed(R, "_read_snapshot", "snapshot JSON decode")
 timed(R.Resolution, "from_dict", "Resolution.from_dict", staticmethod)
 timed(R, "configure", "structlog configure")
-timed(R.Runtime, "arm", "arm (post-import hooks)")
+timed(R, "discover", "discover")
+timed(importlib.metadata, "entry_points", "  discover: entry-point scan (importlib.metadata)")
+timed(D, "_import_file", "  discover: feature modules (features/*.py)")
 timed(R.Runtime, "report", "flags.resolved payload (report)")
+timed(R.Runtime, "arm", "arm (post-import hooks)")
 t2 = time.perf_counter()
 dsv41_flags.activate()
 t3 = time.perf_counter()
@@ -187,27 +190,43 @@ os.write(2, b"--- dsv41_flags ---\\n")
 import dsv41_flags
 """
 
+ALONE_CODE = """
+import sys, os, time, json, importlib
+import asyncio, inspect, typing, logging, importlib.metadata
+t0 = time.perf_counter()
+for name in {names!r}:
+    importlib.import_module(name)
+print(json.dumps({{"t": time.perf_counter() - t0}}))
+"""
 
-def diagnostics(env: dict, reps: int) -> dict:
-    runs = [python(BREAKDOWN, env)[1] for _ in range(reps)]
-    activate = {k: round(med([r.get(k, 0.0) for r in runs]) * 1e3, 2) for k in runs[0]}
-    inner = sum(v for k, v in activate.items()
-                if k in ("discover", "snapshot JSON decode", "Resolution.from_dict",
-                         "structlog configure", "arm (post-import hooks)",
-                         "flags.resolved payload (report)"))
-    activate["rest: Runtime(), structlog render of flags.resolved, role"] = round(
-        activate["activate() total"] - inner, 2)
-    # -X importtime: self time per top-level package of what ``import dsv41_flags`` imports
-    # after the engine base (lines after the marker); importtime inflates absolute figures
+WHATIF = """
+import sys, os, time, json
+sys.stderr = open(os.devnull, "w")
+import asyncio, inspect, typing, logging, importlib.metadata
+for name in {hide!r}:
+    sys.modules[name] = None
+t0 = time.perf_counter()
+import dsv41_flags
+dsv41_flags.activate()
+print(json.dumps({{"t": time.perf_counter() - t0}}))
+"""
+
+#: the framework's direct dependencies (pyproject), imported alone in the child context
+DIRECT_DEPS = ("structlog", "wrapt", "packaging", "dynaconf")
+
+
+def importtime_by_package(env: dict) -> dict:
+    """``-X importtime`` self time of what ``import dsv41_flags`` imports after the engine base,
+    summed per top-level package (stdlib packages named ``stdlib:<name>``); median of 3 runs.
+    importtime's own overhead inflates the absolute figures a little."""
     import subprocess
 
     per_pkg: dict[str, list[float]] = {}
     for _ in range(3):
         proc = subprocess.run([PY, "-X", "importtime", "-c", IMPORTTIME], env=env,
                               capture_output=True, text=True, check=True)
-        lines = proc.stderr.split("--- dsv41_flags ---", 1)[1].splitlines()
         sums: dict[str, float] = {}
-        for line in lines:
+        for line in proc.stderr.split("--- dsv41_flags ---", 1)[1].splitlines():
             if not line.startswith("import time:") or "|" not in line:
                 continue
             parts = line[len("import time:"):].split("|")
@@ -216,13 +235,39 @@ def diagnostics(env: dict, reps: int) -> dict:
             except ValueError:
                 continue
             top = parts[2].strip().split(".")[0]
-            key = top if top not in sys.stdlib_module_names else "(stdlib)"
+            # "org" is pickle's probe for Jython's org.python.core (a failed stdlib import)
+            top = "pickle" if top == "org" else top
+            key = f"stdlib:{top}" if top in sys.stdlib_module_names else top
             sums[key] = sums.get(key, 0.0) + self_us / 1e3
         for k, v in sums.items():
             per_pkg.setdefault(k, []).append(v)
-    importtime = {k: round(med(v), 1) for k, v in sorted(per_pkg.items(), key=lambda kv: -med(kv[1]))
-                  if med(v) >= 0.3}
-    return {"activate_breakdown_ms": activate, "importtime_self_ms_by_package": importtime}
+    return {k: round(med(v), 1) for k, v in sorted(per_pkg.items(), key=lambda kv: -med(kv[1]))
+            if med(v) >= 0.5}
+
+
+def diagnostics(env: dict, reps: int, third_party: list[str]) -> dict:
+    runs = [python(BREAKDOWN, env)[1] for _ in range(reps)]
+    activate = {k: round(med([r.get(k, 0.0) for r in runs]) * 1e3, 2) for k in runs[0]}
+    inner = sum(v for k, v in activate.items() if not k.startswith(("  ", "activate()", "import ")))
+    activate["rest: Runtime(), rendering flags.resolved, role"] = round(
+        activate["activate() total"] - inner, 2)
+    # each direct dependency alone after the engine base, with what the framework imports of it
+    alone = {}
+    for dep in DIRECT_DEPS:
+        names = [m for m in third_party if m.split(".")[0] == dep] or [dep]
+        label = dep + (" (launcher only: children do not import it)" if dep == "dynaconf" else "")
+        if dep == "structlog":
+            label += " (imports rich, pygments, attrs when installed)"
+        code = ALONE_CODE.format(names=names)
+        alone[label] = round(med([python(code, env)[1]["t"] for _ in range(3)]) * 1e3, 1)
+    whatif = {label: round(med([python(WHATIF.format(hide=hide), env)[1]["t"]
+                                for _ in range(reps)]) * 1e3, 1)
+              for hide, label in (((), "as installed"),
+                                  (("rich",), "rich hidden from structlog (sys.modules['rich'] = None)"))}
+    return {"activate_breakdown_ms": activate,
+            "importtime_self_ms_by_package": importtime_by_package(env),
+            "direct_dependency_alone_after_engine_base_ms": alone,
+            "what_if_child_import_and_activate_ms": whatif}
 
 
 def run(quick: bool = False) -> dict:
@@ -230,7 +275,7 @@ def run(quick: bool = False) -> dict:
     env = clean_env(DSV41_SNAPSHOT=make_snapshot(), **ARMED)
     rows_a, det_a = spawn(env, reps)
     rows_b, det_b = bare(env, reps)
-    diag = diagnostics(env, 3 if quick else 6)
+    diag = diagnostics(env, 3 if quick else 6, det_b["third_party_modules"])
     return {"rows": rows_a + rows_b, "details": {"spawn": det_a, "bare": det_b, **diag}}
 
 

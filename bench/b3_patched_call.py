@@ -1,0 +1,124 @@
+"""Benchmark 3: the cost of calling a patched method.
+
+A trivial method (``def meth(self, x): return x``) called a million times (``timeit``, GC off):
+  - unpatched;
+  - patched through the framework's ledger (``dsv41_flags._patch.Ledger().patch("f", Cls, "meth",
+    make)``) with a plain pass-through closure shaped like features/folded_fence.py's;
+  - patched as the seeds do (a plain closure assigned to the class directly);
+  - wrapped by sglang's own ``HookRegistry`` as an AROUND hook (register + ``apply_hooks()``).
+Each variant has its own class compiled from the same source. Rounds rotate the order of the
+variants; every ratio is the median of per-round ratios (paired, robust to drift).
+Goal: the framework's wrapper is no slower than the seed's closure.
+"""
+from __future__ import annotations
+
+import sys
+import timeit
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import main, med, row, spread  # noqa: E402
+
+CALLS = 1_000_000
+MODULE = "dsv41_bench_target"
+CLASS_SOURCE = '''
+class {name}:
+    def meth(self, x):
+        """A trivial method."""
+        return x
+'''
+TOLERANCE = 0.03  # timing noise of a shared 2-core VM at this granularity
+
+
+def make_module() -> types.ModuleType:
+    """A module with four identical classes, importable by name (HookRegistry resolves names)."""
+    module = types.ModuleType(MODULE)
+    for name in ("Unpatched", "Framework", "Seed", "Hooked"):
+        exec(CLASS_SOURCE.format(name=name), module.__dict__)
+    sys.modules[MODULE] = module
+    return module
+
+
+def patch_framework(cls) -> None:
+    from dsv41_flags._patch import Ledger
+
+    def make(original):  # as features/folded_fence.py: closure, *args/**kwargs, metadata copied
+        def meth(self, *args, **kwargs):
+            return original(self, *args, **kwargs)
+
+        meth.__wrapped__ = original
+        meth.__doc__ = original.__doc__
+        meth.__qualname__ = original.__qualname__
+        return meth
+
+    ledger = Ledger()
+    ledger.patch("f", cls, "meth", make)
+    patch_framework.ledger = ledger  # keep the ledger alive, as the runtime does
+
+
+def patch_seed(cls) -> None:
+    orig = cls.meth  # as seeds/folded_result_fence.py
+
+    def meth(self, *a, **kw):
+        return orig(self, *a, **kw)
+
+    cls.meth = meth
+
+
+def patch_hook_registry(cls) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    def around(original_fn, *args, **kwargs):
+        return original_fn(*args, **kwargs)
+
+    HookRegistry.reset()
+    HookRegistry.register(f"{MODULE}.{cls.__name__}.meth", around, HookType.AROUND)
+    HookRegistry.apply_hooks()
+    assert getattr(cls.meth, "__wrapped__", None) is not None, "AROUND hook was not applied"
+
+
+def run(quick: bool = False) -> dict:
+    rounds = 3 if quick else 9
+    module = make_module()
+    patch_framework(module.Framework)
+    patch_seed(module.Seed)
+    patch_hook_registry(module.Hooked)
+    variants = {
+        "unpatched": module.Unpatched(),
+        "framework (Ledger.patch, pass-through closure)": module.Framework(),
+        "seed (closure assigned directly)": module.Seed(),
+        "sglang HookRegistry AROUND hook": module.Hooked(),
+    }
+    for obj in variants.values():
+        assert obj.meth(7) == 7
+    names = list(variants)
+    timers = {n: timeit.Timer("o.meth(1)", globals={"o": o}) for n, o in variants.items()}
+    for t in timers.values():  # warm-up (specialising interpreter, caches)
+        t.timeit(CALLS // 10)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            times[n].append(timeit.Timer.timeit(timers[n], CALLS))
+    base = names[0]
+    ns = {n: med(v) / CALLS * 1e9 for n, v in times.items()}
+    paired = {n: [a / b for a, b in zip(times[n], times[base])] for n in names}
+    fw, seed, hook = names[1], names[2], names[3]
+    fw_vs_seed = [a / b for a, b in zip(times[fw], times[seed])]
+    rows = [row("3", f"call: {base} ({CALLS:,} calls)", ns[base], "ns/call", base, ns[base],
+                ratio=1.0, n=rounds, note=f"range {spread(times[base], 1e9 / CALLS)} ns")]
+    for n in (fw, seed, hook):
+        rows.append(row("3", f"call: {n}", ns[n], "ns/call", base, ns[base], ratio=med(paired[n]),
+                        n=rounds, note=f"paired ratios {spread(paired[n], 1, 3)}"))
+    rows.append(row("3", "call: framework vs seed closure", ns[fw], "ns/call", "seed closure",
+                    ns[seed], ratio=med(fw_vs_seed), goal=f"ratio <= 1.00 (+{TOLERANCE:.0%} noise)",
+                    met=med(fw_vs_seed) <= 1 + TOLERANCE, n=rounds,
+                    note=f"paired ratios {spread(fw_vs_seed, 1, 3)}; HookRegistry/framework "
+                         f"{med([a / b for a, b in zip(times[hook], times[fw])]):.2f}"))
+    details = {"ns_per_call": {n: round(v, 1) for n, v in ns.items()},
+               "ratio_to_unpatched": {n: round(med(paired[n]), 3) for n in names}}
+    return {"rows": rows, "details": details}
+
+
+if __name__ == "__main__":
+    main(run)

@@ -1,0 +1,75 @@
+"""Benchmark 5: the static drift check against importing the engine.
+
+``dsv41-flags check --all`` parses each feature's target source and looks the required names up
+without importing the engine. Timed:
+  - in process: ``dsv41_flags._static.check_feature`` on both features in a fresh interpreter
+    (cold: nothing parsed yet), perf_counter around the two calls;
+  - the CLI as a subprocess (``dsv41-flags check --all --settings settings.toml``), wall time;
+baseline: a fresh interpreter importing both targets (``flashinfer_autotune`` and
+``dspark_verify``), in process and wall. Goal: at most 2 s.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import CLI, FEATURES_DIR, SETTINGS, clean_env, command, main, med, python, row, spread  # noqa: E402
+
+GOAL_S = 2.0
+
+CHECK = """
+import time, json
+from pathlib import Path
+from dsv41_flags._discovery import discover
+from dsv41_flags._static import check_feature
+features = discover(Path({fdir!r}))
+t0 = time.perf_counter()
+results = [check_feature(f) for f in features]
+t1 = time.perf_counter()
+print(json.dumps({{"check": t1 - t0, "ok": all(r.ok for r in results),
+                  "targets": [f.target for f in features]}}))
+"""
+
+IMPORT = """
+import time, json
+t0 = time.perf_counter()
+import importlib
+for target in {targets!r}:
+    importlib.import_module(target)
+t1 = time.perf_counter()
+print(json.dumps({{"import": t1 - t0}}))
+"""
+
+
+def run(quick: bool = False) -> dict:
+    reps, import_reps = (3, 1) if quick else (7, 2)
+    env = clean_env()
+    check_code = CHECK.format(fdir=str(FEATURES_DIR))
+    _, first = python(check_code, env)
+    assert first["ok"], "static check reports drift"
+    targets = first["targets"]
+    cli = [CLI, "check", "--all", "--settings", str(SETTINGS)]
+    command(cli, env)  # warm-up
+    checks = [python(check_code, env)[1]["check"] for _ in range(reps)]
+    clis = [command(cli, env)[0] for _ in range(reps)]
+    import_code = IMPORT.format(targets=targets)
+    python(import_code, env)  # warm-up: page cache
+    imports = [python(import_code, env) for _ in range(import_reps)]
+    imp_wall, imp_in = med([w for w, _ in imports]), med([d["import"] for _, d in imports])
+    cli_s, check_s = med(clis), med(checks)
+    rows = [
+        row("5", "dsv41-flags check --all (CLI subprocess, wall)", cli_s * 1e3, "ms",
+            "fresh interpreter importing both targets (wall)", imp_wall * 1e3,
+            goal=f"<= {GOAL_S:g} s", met=cli_s <= GOAL_S, n=reps,
+            note=f"range {spread(clis, 1e3, 0)} ms; baseline {import_reps} runs "
+                 f"{spread([w for w, _ in imports], 1e3, 0)} ms"),
+        row("5", "check_feature() on both features (in process, cold)", check_s * 1e3, "ms",
+            "importing both targets (in process)", imp_in * 1e3, goal=f"<= {GOAL_S:g} s",
+            met=check_s <= GOAL_S, n=reps, note=f"range {spread(checks, 1e3, 2)} ms"),
+    ]
+    return {"rows": rows, "details": {"targets": targets}}
+
+
+if __name__ == "__main__":
+    main(run)
