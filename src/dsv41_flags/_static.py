@@ -4,7 +4,8 @@ importing the target (importing sglang takes seconds and, for many modules, a GP
 The target's file is found through the top-level package's location (``find_spec`` of the
 top-level name only, which does not execute it), parsed with ``ast``, and classes, functions,
 methods, keyword parameters and module-level names (assignments, annotated names, imports and
-re-exports) are looked up. A name imported from another module of the same engine is followed.
+re-exports) are looked up. A name imported from another module is followed into that module's
+source when it can be found (a compiled module is trusted).
 """
 from __future__ import annotations
 
@@ -93,11 +94,16 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
 
 
 def _imported_from(node: ast.ImportFrom, name: str, module: str) -> tuple[str, str] | None:
-    """(module, original name) an ImportFrom binds ``name`` from, resolving relative imports."""
+    """(module, original name) an ImportFrom binds ``name`` from, resolving relative imports
+    (``module``'s package is itself when its source is a package ``__init__.py``)."""
     for alias in node.names:
         if (alias.asname or alias.name) == name:
             if node.level:
-                base = module.split(".")[: -node.level] if node.level else []
+                src_file = locate(module)
+                package = module.split(".")
+                if not (src_file and src_file.name == "__init__.py"):
+                    package = package[:-1]
+                base = package[: len(package) - (node.level - 1)]
                 src = ".".join(base + ([node.module] if node.module else []))
             else:
                 src = node.module or ""
@@ -106,12 +112,12 @@ def _imported_from(node: ast.ImportFrom, name: str, module: str) -> tuple[str, s
 
 
 def _star_sources(body: list[ast.stmt], module: str) -> list[str]:
-    """Modules of the same top-level package re-exported with ``from x import *``."""
+    """Modules re-exported with ``from x import *``."""
     out = []
     for node in body:
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             origin = _imported_from(node, "*", module)
-            if origin and origin[0].split(".")[0] == module.split(".")[0]:
+            if origin:
                 out.append(origin[0])
     return out
 
@@ -126,10 +132,14 @@ def lookup(module: str, path: tuple[str, ...], depth: int = 0):
     for i, part in enumerate(path):
         scope = names if i == 0 else (_names(node.body) if isinstance(node, ast.ClassDef) else None)
         if scope is None or part not in scope:
-            if scope is None and isinstance(node, (ast.Import, ast.ImportFrom)):
-                break
-            if i == 0 and depth < _MAX_FOLLOW:  # ``from x import *`` of the same package
-                for star in _star_sources(_parse(str(src)).body, module):
+            if scope is None:  # an attribute of an instance, function or module: not visible
+                break           # in the source, trusted (``--import`` checks it live)
+            if i == 0 and depth < _MAX_FOLLOW:
+                if src.name == "__init__.py" and locate(f"{module}.{part}") is not None:
+                    if len(path) == 1:  # a submodule of a package
+                        return ast.Module(body=[], type_ignores=[]), ""
+                    return lookup(f"{module}.{part}", path[1:], depth + 1)
+                for star in _star_sources(_parse(str(src)).body, module):  # ``from x import *``
                     found, missing = lookup(star, path, depth + 1)
                     if not missing:
                         return found, ""
@@ -137,7 +147,7 @@ def lookup(module: str, path: tuple[str, ...], depth: int = 0):
         node = scope[part]
         if isinstance(node, ast.ImportFrom) and depth < _MAX_FOLLOW:
             origin = _imported_from(node, part, module)
-            if origin and origin[0].split(".")[0] == module.split(".")[0]:
+            if origin and origin[1] != "*":
                 found, missing = lookup(origin[0], (origin[1],) + path[i + 1:], depth + 1)
                 if missing.startswith("module "):  # source not found: trust the import
                     return node, ""
@@ -164,8 +174,13 @@ def check_require(target: str, req: Require) -> list[str]:
     if missing:
         return [missing]
     if req.params:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return [] if node is None else [f"{req.text} (not a function in the source)"]
-        params = _params(node)
+        if isinstance(node, ast.ClassDef):  # a class: its __init__, else its annotated fields
+            init = _names(node.body).get("__init__")
+            params = (_params(init) if isinstance(init, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      else {n for n, v in _names(node.body).items() if isinstance(v, ast.AnnAssign)})
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = _params(node)
+        else:  # an assignment or an import we could not follow: the source cannot tell
+            return []
         return [f"{'.'.join(req.path)}({p})" for p in req.params if p not in params]
     return []
