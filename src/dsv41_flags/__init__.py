@@ -47,6 +47,8 @@ def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile:
     if export and not rt.from_snapshot:
         os.environ[SNAPSHOT_VAR] = rt.snapshot()
     rt.log.info("flags.resolved", **rt.report())
+    for note in rt.snapshot_notes:
+        rt.log.warning("snapshot.mismatch", note=note)
     rt.arm()
     return rt
 

@@ -110,6 +110,7 @@ class Runtime:
         self._hooked: set[str] = set()
         self.pid = os.getpid()
         self.guard_registered = False
+        self.snapshot_notes: list[str] = []
         self.entry_points = {tuple(f.entry_point) for f in features if f.entry_point}
 
     # ------------------------------------------------------------------ events
@@ -304,8 +305,12 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     environ = os.environ if environ is None else environ
     argv = sys.argv if argv is None else argv
     context = ProcessContext()
-    snap = (_read_snapshot(environ.get(SNAPSHOT_VAR, ""))
-            if use_snapshot and settings_files is None and profile is None else None)
+    use = use_snapshot and settings_files is None and profile is None
+    snap = _read_snapshot(environ.get(SNAPSHOT_VAR, "")) if use else None
+    snapshot_notes: list[str] = []
+    if use and snap is None and environ.get(SNAPSHOT_VAR):
+        snapshot_notes.append(f"{SNAPSHOT_VAR} is not a dsv41_flags snapshot (version "
+                              f"{SNAPSHOT_VERSION}): ignored, settings resolved in this process")
     if snap is not None:
         resolution = Resolution.from_dict(snap["resolution"])
         if configure_logging:
@@ -313,13 +318,35 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
                       resolution.reserved.get("LOG_LEVEL", "info"))
         fdir = features_dir or (Path(snap["features_dir"]) if snap.get("features_dir") else None)
         features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])])
-        return Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
-                       features_dir=fdir, from_snapshot=True, context=context)
+        rt = Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
+                     features_dir=fdir, from_snapshot=True, context=context)
+        rt.snapshot_notes = snapshot_differences(resolution, environ)
+        return rt
     features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
                                                 configure_logging=configure_logging, context=context)
     resolution.raise_for_errors()
     fingerprint = compute(resolution, features, argv, environ)
-    return Runtime(features, resolution, fingerprint, features_dir=fdir, context=context)
+    rt = Runtime(features, resolution, fingerprint, features_dir=fdir, context=context)
+    rt.snapshot_notes = snapshot_notes
+    return rt
+
+
+def snapshot_differences(resolution: Resolution, environ: Mapping[str, str]) -> list[str]:
+    """Sentences for ``DSV41_*`` variables of this process that disagree with the launch's snapshot
+    (the snapshot wins: one launch, one resolution; these say so instead of staying silent)."""
+    out = []
+    wanted = environ.get(_settings.PROFILE_VAR, "").strip().lower()
+    if wanted and wanted != resolution.profile:
+        out.append(f"{_settings.PROFILE_VAR}={wanted!r} here, but the launch's snapshot has profile "
+                   f"{resolution.profile!r}: the snapshot is used")
+    for key, resolved in resolution.values.items():
+        var = "DSV41_" + key
+        snap_raw = next((raw for src, raw in reversed(resolved.chain) if src == f"env {var}"), None)
+        here = environ.get(var)
+        if here is not None and here != snap_raw:
+            out.append(f"{var}={here!r} here, but the launch's snapshot resolved {key} = "
+                       f"{resolved.value!r} (from {resolved.source}): the snapshot is used")
+    return out
 
 
 def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,

@@ -24,7 +24,9 @@ def _chain():
 def _activate():
     try:
         import dsv41_flags
-    except ImportError:  # an interpreter without the package installed: leave it alone
+    except ImportError:  # an interpreter without the package: say so, features are not applied
+        sys.stderr.write(f"dsv41_flags: not importable in {sys.executable}: no feature is applied "
+                         f"in this process (pid {os.getpid()})\n")
         return
     try:
         dsv41_flags.activate()
