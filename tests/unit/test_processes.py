@@ -172,3 +172,17 @@ def test_role_and_ranks_read_from_the_sglang_process_entry():
         return load_plugins()
 
     assert run_detokenizer_process(None, None) == {"role": "detokenizer"}
+
+
+@pytest.mark.parametrize("armed", [False, True])
+def test_no_import_finder_added_when_nothing_is_armed(launch, armed):
+    tmp, settings, env = launch
+    settings.write_text(f"[default]\ndemo_patch = {str(armed).lower()}\n")
+    code = ("import sys; before = list(sys.meta_path)\n"
+            "import dsv41_flags; dsv41_flags.activate()\n"
+            "print([type(f).__name__ for f in sys.meta_path if f not in before])\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp)
+    assert proc.returncode == 0, proc.stderr
+    added = eval(proc.stdout.strip())
+    assert added == (["ImportHookFinder"] if armed else [])
