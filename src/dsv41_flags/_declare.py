@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ._errors import DeclarationError
@@ -18,6 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 ENV_PREFIX = "DSV41_"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_ENGINE = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
 _REQUIRE = re.compile(r"^(?P<path>[A-Za-z_][A-Za-z0-9_.]*?)(\((?P<params>[A-Za-z0-9_,\s]*)\))?$")
 
 
@@ -60,6 +60,22 @@ class Option:
     def cast(self, raw: Any) -> Any:
         """Cast a raw value by this option's kind and bounds. Raises CastError."""
         return cast(self.kind, raw, minimum=self.minimum, maximum=self.maximum, choices=self.choices)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRange:
+    """A feature's engine: distribution ``name`` and version ``specifier`` (packaging
+    SpecifierSet), parsed from ``"sglang>=0.5.23,<0.6"``. Raises ValueError / InvalidSpecifier."""
+
+    name: str
+    specifier: SpecifierSet
+
+    @classmethod
+    def parse(cls, text: str) -> "EngineRange":
+        m = _ENGINE.match(text)
+        if not m:
+            raise ValueError("expected a distribution name followed by a version range")
+        return cls(m["name"], SpecifierSet(m["spec"] or ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +159,13 @@ class Feature:
                 Require.parse(text)
         except DeclarationError as exc:
             raise DeclarationError(f"{where}: {exc}") from None
-        try:
-            if self.engine:
-                Requirement(self.engine)
-        except InvalidRequirement as exc:
-            raise DeclarationError(
-                f"{where}: engine range {self.engine!r} is not a requirement like "
-                f"'sglang>=0.5.23,<0.6' ({exc})") from None
+        if self.engine:
+            try:
+                EngineRange.parse(self.engine)
+            except (InvalidSpecifier, ValueError) as exc:
+                raise DeclarationError(
+                    f"{where}: engine range {self.engine!r} is not a distribution name and version "
+                    f"range like 'sglang>=0.5.23,<0.6' ({exc})") from None
         if self.fixed_in:
             try:
                 SpecifierSet(self.fixed_in)
@@ -173,9 +189,9 @@ class Feature:
         return ENV_PREFIX + self.flag
 
     @property
-    def engine_requirement(self) -> Requirement:
-        """The parsed ``engine`` requirement (distribution name + specifier)."""
-        return Requirement(self.engine)
+    def engine_requirement(self) -> "EngineRange":
+        """The parsed ``engine`` range (distribution ``name`` + ``specifier``)."""
+        return EngineRange.parse(self.engine)
 
     @property
     def parsed_requires(self) -> tuple[Require, ...]:
