@@ -375,4 +375,5 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
                                      f"directory (set by features_dir / DSV41_FEATURES_DIR; relative "
                                      f"paths are taken from the settings file's directory)")])
     features = discover(fdir)
-    return features, _settings.resolve(settings, prof, profiles, files, features, environ, notes), fdir
+    resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes, fdir)
+    return features, resolution, fdir

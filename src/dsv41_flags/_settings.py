@@ -334,7 +334,7 @@ def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
 
 def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path],
             features: tuple[Feature, ...], environ: Mapping[str, str] | None = None,
-            notes: tuple[str, ...] = ()) -> Resolution:
+            notes: tuple[str, ...] = (), features_dir: Path | None = None) -> Resolution:
     """Resolve every flag and option of ``features`` and the reserved settings.
 
     Bad values become error problems (never guessed); unknown keys become warnings, errors in
@@ -375,7 +375,9 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     strict = bool(reserved["STRICT"])
     known = set(values) | set(RESERVED_KEYS)
     external = set(reserved["EXTERNAL"]) | set(volatile_sources)
-    problems.extend(_unknown_keys(settings, known, external, environ, strict))
+    origin = (f"features are read from {features_dir}: "
+              f"{', '.join(f.name for f in features) or 'none found'}") if features_dir else ""
+    problems.extend(_unknown_keys(settings, known, external, environ, strict, origin))
     loaded = [str(p) for f in files for p in (f, local_companion(f)) if p.is_file()]
     return Resolution(profile=profile, profiles=profiles, files=tuple(loaded),
                       values=values, reserved=reserved, volatile_sources=volatile_sources,
@@ -425,11 +427,12 @@ def _suggest(name: str, candidates: list[str]) -> str:
 
 
 def _unknown_keys(settings, known: set[str], external: set[str], environ: Mapping[str, str],
-                  strict: bool) -> list[Problem]:
+                  strict: bool, features_origin: str = "") -> list[Problem]:
     from dynaconf.utils.inspect import get_history
 
     severity = "error" if strict else "warning"
-    tail = " (an error because strict mode is on)" if strict else ""
+    tail = (f" ({features_origin})" if features_origin else "") + \
+        (" (an error because strict mode is on)" if strict else "")
     problems = []
     env_known = sorted(ENV_PREFIX + k for k in known) + sorted(external)
     for name in sorted(environ):
