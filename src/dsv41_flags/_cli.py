@@ -14,7 +14,6 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from ._discovery import keys_of
 from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
 from ._fingerprint import compute, diff as payload_diff, read_sidecar, write_sidecar
@@ -146,7 +145,7 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
     features, resolution, _ = _load(settings, profile, as_json, allow_problems=True)
     wanted = key.strip().upper().removeprefix("DSV41_")
     for f in features:
-        keys = keys_of(f)
+        keys = f.keys()
         if wanted == f.flag or wanted in keys:
             shown = [wanted] if wanted in keys and wanted != f.flag else list(keys)
             data = {"feature": f.name, "summary": f.summary, "target": f.target,
@@ -188,7 +187,7 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
         else:
             out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)")
         return
-    known = sorted(k for f in features for k in keys_of(f))
+    known = sorted(k for f in features for k in f.keys())
     import difflib
     close = difflib.get_close_matches(wanted, known, n=1)
     msg = f"{key!r} is no feature, flag or option key; known: {', '.join(known)}" + \

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._patch import InstallContext
 
 ENV_PREFIX = "DSV41_"
+#: names the framework reserves (settings keys; variables with the DSV41_ prefix): never flags
+RESERVED_KEYS = ("ENV", "SETTINGS", "SNAPSHOT", "STRICT", "FEATURES_DIR", "LOG_FORMAT", "LOG_LEVEL",
+                 "FINGERPRINT", "RANK_GUARD", "EXTERNAL")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ENGINE = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
@@ -197,6 +200,13 @@ class Feature:
     def parsed_requires(self) -> tuple[Require, ...]:
         """``requires`` parsed into Require objects."""
         return tuple(Require.parse(t) for t in self.requires)
+
+    def keys(self) -> dict[str, Option | None]:
+        """Setting keys owned by this feature: its flag (-> None) and each option key (-> Option)."""
+        keys: dict[str, Option | None] = {self.flag: None}
+        for option in self.options:
+            keys[self.option_key(option)] = option
+        return keys
 
     def option_key(self, option: Option) -> str:
         """Setting key of an option: ``<FLAG>_<OPTION>`` (``AUTOTUNE_KEEP_MAX_OLD_COPIES``)."""

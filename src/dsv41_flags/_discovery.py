@@ -13,14 +13,11 @@ import sys
 import types
 from pathlib import Path
 
-from ._declare import Feature, Option
+from ._declare import RESERVED_KEYS, Feature
 from ._errors import DeclarationError
 
 ENTRY_POINT_GROUP = "dsv41_flags.features"
 PACKAGE = "dsv41_flags_features"
-RESERVED_KEYS = ("ENV", "SETTINGS", "SNAPSHOT", "STRICT", "FEATURES_DIR", "LOG_FORMAT", "LOG_LEVEL",
-                 "FINGERPRINT", "RANK_GUARD", "EXTERNAL")
-
 
 def _features_of(obj, origin: str) -> list[Feature]:
     if isinstance(obj, Feature):
@@ -104,20 +101,12 @@ def discover(features_dir: Path | None, *,
     return tuple(sorted(features, key=lambda f: f.name))
 
 
-def keys_of(feature: Feature) -> dict[str, Option | None]:
-    """Setting keys owned by a feature: its flag (-> None) and each option key (-> Option)."""
-    keys: dict[str, Option | None] = {feature.flag: None}
-    for option in feature.options:
-        keys[feature.option_key(option)] = option
-    return keys
-
-
 def check_unique(features: list[Feature]) -> None:
     """Raise DeclarationError when two features share a name or a setting key, a key is reserved by
     the framework, or ``after`` names the feature itself or no known feature."""
     owner: dict[str, Feature] = {}
     for feature in features:
-        for key in keys_of(feature):
+        for key in feature.keys():
             if key in RESERVED_KEYS:
                 raise DeclarationError(f"feature {feature.name!r} ({feature.source}): key {key} is "
                                        f"reserved by the framework ({', '.join(RESERVED_KEYS)})")

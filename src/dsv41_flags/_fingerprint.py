@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._declare import ENV_PREFIX, Feature
-from ._discovery import RESERVED_KEYS
+from ._declare import ENV_PREFIX, RESERVED_KEYS, Feature
 from ._settings import Resolution, _jsonable
 
 SIDECAR_SUFFIX = ".launch"

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._declare import ENV_PREFIX, Feature, Option
-from ._discovery import RESERVED_KEYS, keys_of
+from ._declare import ENV_PREFIX, RESERVED_KEYS, Feature
 from ._errors import Problem, SettingsError
 from ._values import CastError, cast, cast_bool
 
@@ -358,7 +357,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
 
     values: dict[str, Resolved] = {}
     for feature in features:
-        for key, option in keys_of(feature).items():
+        for key, option in feature.keys().items():
             declared = feature.default if option is None else option.default
             chain = [("default", declared)] + _history(settings, key, environ)
             if option is None:
