@@ -10,7 +10,7 @@ import logging
 import multiprocessing
 import os
 import sys
-from typing import Any, MutableMapping
+from typing import Any
 
 import structlog
 
@@ -18,8 +18,9 @@ LOGGER_NAME = "dsv41_flags"
 
 
 class ProcessContext:
-    """structlog processor adding ``pid``, ``process`` (name), ``role`` and, once known,
-    ``tp_rank`` / ``pp_rank`` / ``dp_rank`` to every event. Owned by the per-process runtime."""
+    """Who says it: ``pid``, ``process`` (name), ``role`` and, once known, ``tp_rank`` /
+    ``pp_rank`` / ``dp_rank``. Owned by the per-process runtime, which binds these fields into every
+    event (binding, not a processor, so that ``structlog.testing.capture_logs`` sees them too)."""
 
     def __init__(self) -> None:
         self.fields: dict[str, Any] = {}
@@ -28,16 +29,12 @@ class ProcessContext:
         """Add or replace fields (None values are dropped)."""
         self.fields.update({k: v for k, v in fields.items() if v is not None})
 
-    def __call__(self, logger: Any, method: str, event_dict: MutableMapping[str, Any]):
-        event_dict.setdefault("pid", os.getpid())
-        event_dict.setdefault("process", multiprocessing.current_process().name)
-        for key, value in self.fields.items():
-            event_dict.setdefault(key, value)
-        return event_dict
+    def as_fields(self) -> dict[str, Any]:
+        """``{"pid", "process", **fields}`` for this process now."""
+        return {"pid": os.getpid(), "process": multiprocessing.current_process().name, **self.fields}
 
 
-def configure(context: ProcessContext, log_format: str = "auto", level: str = "info",
-              stream=None) -> bool:
+def configure(log_format: str = "auto", level: str = "info", stream=None) -> bool:
     """Configure structlog for this process unless it is already configured.
 
     log_format: ``auto`` (console on a terminal, JSON otherwise), ``json`` or ``console``.
@@ -54,7 +51,6 @@ def configure(context: ProcessContext, log_format: str = "auto", level: str = "i
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        context,
         structlog.processors.StackInfoRenderer(),
     ]
     if log_format != "console":

@@ -117,14 +117,7 @@ class Runtime:
     @property
     def log(self):
         """The framework logger bound with this process's context fields."""
-        return get_logger(**self._context_fields())
-
-    def _context_fields(self) -> dict:
-        import multiprocessing
-
-        fields = {"pid": os.getpid(), "process": multiprocessing.current_process().name}
-        fields.update(self.context.fields)
-        return fields
+        return get_logger(**self.context.as_fields())
 
     # ------------------------------------------------------------------ flags
     @property
@@ -304,7 +297,6 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     """
     environ = os.environ if environ is None else environ
     argv = sys.argv if argv is None else argv
-    context = ProcessContext()
     use = use_snapshot and settings_files is None and profile is None
     snap = _read_snapshot(environ.get(SNAPSHOT_VAR, "")) if use else None
     snapshot_notes: list[str] = []
@@ -314,19 +306,19 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     if snap is not None:
         resolution = Resolution.from_dict(snap["resolution"])
         if configure_logging:
-            configure(context, resolution.reserved.get("LOG_FORMAT", "auto"),
+            configure(resolution.reserved.get("LOG_FORMAT", "auto"),
                       resolution.reserved.get("LOG_LEVEL", "info"))
         fdir = features_dir or (Path(snap["features_dir"]) if snap.get("features_dir") else None)
         features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])])
         rt = Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
-                     features_dir=fdir, from_snapshot=True, context=context)
+                     features_dir=fdir, from_snapshot=True)
         rt.snapshot_notes = snapshot_differences(resolution, environ)
         return rt
     features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
-                                                configure_logging=configure_logging, context=context)
+                                                configure_logging=configure_logging)
     resolution.raise_for_errors()
     fingerprint = compute(resolution, features, argv, environ)
-    rt = Runtime(features, resolution, fingerprint, features_dir=fdir, context=context)
+    rt = Runtime(features, resolution, fingerprint, features_dir=fdir)
     rt.snapshot_notes = snapshot_notes
     return rt
 
@@ -351,8 +343,7 @@ def snapshot_differences(resolution: Resolution, environ: Mapping[str, str]) -> 
 
 def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
                    environ: Mapping[str, str] | None = None, features_dir: Path | None = None, *,
-                   configure_logging: bool = False, context: ProcessContext | None = None,
-                   ) -> tuple[tuple[Feature, ...], Resolution, Path]:
+                   configure_logging: bool = False) -> tuple[tuple[Feature, ...], Resolution, Path]:
     """Find and load the settings files, discover the features, resolve every key.
 
     Returns ``(features, resolution, features_dir)``; value problems and unknown keys are in
@@ -365,8 +356,7 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
     # reserved settings first: logging is configured before any feature module is imported
     pre = _settings.resolve(settings, prof, profiles, files, (), environ, notes)
     if configure_logging:
-        configure(context or ProcessContext(), pre.reserved.get("LOG_FORMAT", "auto"),
-                  pre.reserved.get("LOG_LEVEL", "info"))
+        configure(pre.reserved.get("LOG_FORMAT", "auto"), pre.reserved.get("LOG_LEVEL", "info"))
     fdir = features_dir or default_features_dir(pre)
     if pre.reserved.get("FEATURES_DIR") and not fdir.is_dir():
         from ._errors import Problem, SettingsError
