@@ -2,7 +2,6 @@
 environment, without touching os.environ or the process-wide runtime."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest

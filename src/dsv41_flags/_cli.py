@@ -354,10 +354,10 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         _fail(exc, False)
     except FileNotFoundError:
         err.print(f"error: command not found: {ctx.args[0]}", style="red")
-        raise typer.Exit(127)
+        raise typer.Exit(127) from None
     except OSError as exc:
         err.print(f"error: cannot run {ctx.args[0]}: {exc.strerror or exc}", style="red")
-        raise typer.Exit(126)
+        raise typer.Exit(126) from None
 
 
 def main() -> None:

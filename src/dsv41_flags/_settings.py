@@ -346,7 +346,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     for key, (kind, default, choices) in RESERVED_TYPES.items():
         chain = _history(settings, key, environ)
         value, _, ok = _cast_chain(key, f"setting {key}", chain,
-                                   lambda raw: cast(kind, raw, choices=choices), problems)
+                                   lambda raw, kind=kind, choices=choices: cast(kind, raw, choices=choices),
+                                   problems)
         reserved[key] = value if (chain and ok) else default
         if key == "FEATURES_DIR" and chain and ok and value:
             src = chain[-1][0]

@@ -7,7 +7,6 @@ the parent process asserts. Any exception is reported with its traceback.
 from __future__ import annotations
 
 import hashlib
-import os
 import traceback
 from datetime import timedelta
 from pathlib import Path

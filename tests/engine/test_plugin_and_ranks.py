@@ -1,10 +1,8 @@
 """Engine tier, every process (issue 5): sglang's real ``load_plugins()`` in a spawned process
 installs the armed features on the real target modules; two gloo ranks on the CPU with different
 settings fail the rank guard naming the differing key, and agree when equal."""
-import json
 import multiprocessing as mp
 import os
-import sys
 import traceback
 from pathlib import Path
 

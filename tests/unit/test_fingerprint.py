@@ -5,8 +5,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from dsv41_flags import read_sidecar, write_sidecar
-from dsv41_flags._fingerprint import compute, diff, matches, volatile_names
+from dsv41_flags import SettingsError, read_sidecar, write_sidecar
+from dsv41_flags._fingerprint import diff, matches, volatile_names
 
 SETTINGS = """
 [default]
@@ -53,7 +53,7 @@ def test_non_volatile_env_changes_it(make_runtime):
 def test_profile_volatile_only_on_that_profile(make_runtime):
     assert fp_of(make_runtime, {"DSV41_ROUTE_STATS": "1"}, profile="tp4").digest == \
         fp_of(make_runtime, {}, profile="tp4").digest
-    with pytest.raises(Exception):  # on default it is an unknown DSV41_ variable (strict)
+    with pytest.raises(SettingsError):  # on default it is an unknown DSV41_ variable (strict)
         fp_of(make_runtime, {"DSV41_ROUTE_STATS": "1"})
 
 

@@ -4,10 +4,9 @@ import textwrap
 import uuid
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
-from dsv41_flags import DeclarationError, DriftError, Feature
+from dsv41_flags import DeclarationError, DriftError
 from dsv41_flags._discovery import discover
 
 
