@@ -27,7 +27,8 @@ def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile:
              *, role: str | None = None, export: bool = True) -> Runtime:
     """Activate the framework in this process and return its runtime.
 
-    Idempotent per process: a second call returns the same runtime (its arguments are ignored).
+    Idempotent per process: a second call returns the same runtime (arguments given to it are
+    ignored, with an ``activate.arguments_ignored`` warning).
     settings_files: paths of settings files (default search: see ``_settings``); profile: profile
     name (default ``DSV41_ENV``, else ``default``); role: process role added to every event;
     export: hand the snapshot to child processes through ``DSV41_SNAPSHOT`` (first process only).
@@ -37,6 +38,10 @@ def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile:
     """
     global _RUNTIME
     if _RUNTIME is not None and _RUNTIME.pid == os.getpid():
+        if settings_files is not None or profile is not None:
+            _RUNTIME.log.warning("activate.arguments_ignored", settings_files=settings_files,
+                                 profile=profile, active_profile=_RUNTIME.resolution.profile,
+                                 reason="already active in this process: the first activation wins")
         return _RUNTIME
     rt = build(settings_files, profile)
     import multiprocessing

@@ -156,9 +156,12 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
                                  "default": o.default, "minimum": o.minimum, "maximum": o.maximum,
                                  "choices": list(o.choices), "volatile": o.volatile, "help": o.help}
                                 for o in f.options],
-                    "keys": {k: resolution.values[k].to_dict() for k in shown}}
+                    "keys": {k: resolution.values[k].to_dict() for k in shown},
+                    "problems": [p.message for p in resolution.problems if p.key in shown]}
             if as_json:
                 _emit_json(data)
+                if any(p.severity == "error" for p in resolution.problems if p.key in shown):
+                    raise typer.Exit(1)
                 return
             out.print(f"{f.name}: {f.summary}", style="bold")
             out.print(f"  target {f.target}  engine {f.engine}  refs {', '.join(f.refs) or '-'}",
@@ -170,11 +173,16 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
                 limits += f", one of {', '.join(o['choices'])}" if o["choices"] else ""
                 out.print(f"  option {o['key']} ({o['kind']}, default {o['default']!r}{limits}"
                           f"{', volatile' if o['volatile'] else ''}): {o['help']}")
+            bad = [p for p in resolution.problems if p.key in shown and p.severity == "error"]
+            for p in bad:
+                err.print(f"error: {p.message}", style="red")
             for k in shown:
                 r = resolution.values[k]
                 out.print(f"  {k} = {r.value!r}  (from {r.source})")
                 for i, (src, raw) in enumerate(r.chain):
                     out.print(f"    {i + 1}. {src}: {raw!r}")
+            if bad:
+                raise typer.Exit(1)
             return
     reserved = {"ENV": ("profile (DSV41_ENV)", resolution.profile),
                 "SETTINGS": ("settings files (DSV41_SETTINGS)", list(resolution.files)),
@@ -246,8 +254,13 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
             elif "changes" in d:
                 for c in d["changes"]:
                     out.print(f"  {c['part']} {c['key']}: {c['old']!r} -> {c['new']!r}")
+                if not d["changes"]:
+                    out.print(f"different launch: {diff} records fingerprint {side.digest[:16]}… "
+                              f"for the same payload (edited by hand?)")
+            elif d.get("legacy"):
+                out.print(f"different launch: {diff} {d['reason']}")
             else:
-                out.print(f"different launch: {d['reason']}")
+                err.print(f"error: cannot compare: {d['reason']}", style="red")
     if "diff" in data and not data["diff"].get("same"):
         # 1: a different launch; 2: the sidecar could not be read as one
         raise typer.Exit(1 if ("changes" in data["diff"] or data["diff"].get("legacy")) else 2)

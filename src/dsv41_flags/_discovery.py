@@ -125,3 +125,16 @@ def check_unique(features: list[Feature]) -> None:
                     f"feature {feature.name!r} ({feature.source}): after={dep!r} names "
                     f"{'itself' if dep == feature.name else 'no known feature'}; "
                     f"known: {', '.join(sorted(names))}")
+    by_name = {f.name: f for f in features}
+    for feature in features:  # an 'after' cycle
+        seen: set[str] = set()
+        todo = [(feature.name, (feature.name,))]
+        while todo:
+            name, trail = todo.pop()
+            for dep in by_name[name].after:
+                if dep == feature.name and len(trail) > 1:
+                    raise DeclarationError(f"feature {feature.name!r} ({feature.source}): 'after' "
+                                           f"forms a cycle: {' -> '.join(trail + (dep,))}")
+                if dep in by_name and dep not in seen and dep != feature.name:
+                    seen.add(dep)
+                    todo.append((dep, trail + (dep,)))

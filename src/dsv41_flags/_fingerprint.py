@@ -72,7 +72,8 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     """The launch command as ``[program, *args]`` whoever wrote it: ``python -m sglang.launch_server
     --tp 4`` (as typed after ``dsv41-flags run --``) and ``sys.argv`` of that process
     (``[".../site-packages/sglang/launch_server.py", "--tp", "4"]``) both give
-    ``["sglang.launch_server", "--tp", "4"]``. Interpreter options before ``-m``/script are dropped."""
+    ``["sglang.launch_server", "--tp", "4"]``. Interpreter options before ``-m``/script are dropped
+    and ``--opt=value`` is spelled ``--opt value``."""
     argv = [str(a) for a in argv]
     if not argv:
         return []
@@ -83,9 +84,20 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
         if i >= len(argv):
             return ["python"]
         if argv[i] in ("-m", "-c") and i + 1 < len(argv):
-            return [argv[i + 1] if argv[i] == "-m" else "-c"] + argv[i + 2:]
-        return [_program(argv[i])] + argv[i + 1:]
-    return [_program(argv[0])] + argv[1:]
+            return [argv[i + 1] if argv[i] == "-m" else "-c"] + _split_eq(argv[i + 2:])
+        return [_program(argv[i])] + _split_eq(argv[i + 1:])
+    return [_program(argv[0])] + _split_eq(argv[1:])
+
+
+def _split_eq(args: list[str]) -> list[str]:
+    """``--tp=4`` -> ``--tp 4``: one spelling per option."""
+    out: list[str] = []
+    for a in args:
+        if a.startswith("--") and "=" in a:
+            out.extend(a.split("=", 1))
+        else:
+            out.append(a)
+    return out
 
 
 def _program(path: str) -> str:

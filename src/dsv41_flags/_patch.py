@@ -59,6 +59,9 @@ class Ledger:
     def patch(self, feature: str, owner: Any, attr: str, make: Callable[[Any], Any]) -> PatchRecord:
         """Set ``owner.attr = make(original)``.
 
+        For a ``classmethod`` / ``staticmethod``, ``make`` receives the underlying function and its
+        result is wrapped back into the same descriptor kind.
+
         ``original`` is the value before this feature patched it (so a second install by the same
         feature wraps the original again, leaving one wrapper level; also when the first install
         went through another runtime's ledger in this process). Raises AttributeError when
@@ -84,7 +87,10 @@ class Ledger:
                 # this feature's replacement, applied by another runtime's ledger in this process:
                 # wrap what that one wrapped, so the attribute still has one wrapper level
                 below, had_own = mark[1], mark[2]
-        replacement = make(below)
+        kind = type(below) if isinstance(below, (classmethod, staticmethod)) else None
+        replacement = make(below.__func__ if kind else below)
+        if kind and not isinstance(replacement, kind):  # keep the descriptor kind of the original
+            replacement = kind(replacement)
         try:  # who made this replacement, over what (read by another ledger, above)
             setattr(replacement, _MARK, (feature, below, had_own))
         except (AttributeError, TypeError):

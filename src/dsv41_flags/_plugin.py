@@ -33,12 +33,21 @@ def caller_context(max_depth: int = 12) -> dict:
 def load() -> None:
     """Activate dsv41_flags in this sglang process (idempotent), add its role and ranks to every
     event, and register the rank consistency guard on ``initialize_model_parallel`` through sglang's
-    HookRegistry. Errors propagate: in strict mode a drifted or failing armed feature stops the
-    engine at boot, as the seeds did."""
+    HookRegistry. A settings error, or in strict mode a drifted or failing armed feature, stops
+    the process with SystemExit(3) (sglang swallows a plugin's ordinary exceptions), as the seeds'
+    RuntimeError did."""
     from . import activate
+    from ._errors import FlagsError
 
     ctx = caller_context()
-    rt = activate(role=ctx.pop("role", None))
+    try:
+        rt = activate(role=ctx.pop("role", None))
+    except FlagsError as exc:
+        # sglang's load_plugins() logs and swallows a plugin's Exception, which would boot the
+        # engine with no feature armed; SystemExit is not an Exception, so the boot stops here
+        sys.stderr.write(f"dsv41_flags: stopping this sglang process: {exc}\n")
+        sys.stderr.flush()
+        raise SystemExit(3) from exc
     rt.context.update(**ctx)
     if not rt.guard_registered:
         from ._guard import register_sglang_guard

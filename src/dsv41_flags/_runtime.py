@@ -338,6 +338,10 @@ def snapshot_differences(resolution: Resolution, environ: Mapping[str, str]) -> 
         if here is not None and here != snap_raw:
             out.append(f"{var}={here!r} here, but the launch's snapshot resolved {key} = "
                        f"{resolved.value!r} (from {resolved.source}): the snapshot is used")
+        elif here is None and snap_raw is not None:
+            out.append(f"{var} is not set here, but the launch's snapshot has {var}={snap_raw!r} "
+                       f"({key} = {resolved.value!r}): the snapshot is used (a DSV41_SNAPSHOT left "
+                       f"over from another launch? unset it)")
     return out
 
 

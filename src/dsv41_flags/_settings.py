@@ -385,39 +385,46 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
 
 
 def _fingerprint_settings(settings, problems: list[Problem]) -> tuple[dict, dict[str, str]]:
-    """Typed ``fingerprint`` table and, per volatile name, the file [section] that declared it."""
+    """Typed ``fingerprint`` table and, per volatile name, the file [section] that declared it.
+
+    Each of ``prefixes``, ``volatile``, ``volatile_argv`` must be a TOML list of non-empty strings
+    (a bare string is refused: ``volatile = "SGLANG_RUN_ID"`` would silently volatilise nothing);
+    profiles add to ``[default]``'s lists. Problems name the file [section] that set the value."""
     from dynaconf.utils.inspect import get_history
 
-    table = settings.get("FINGERPRINT", {}) or {}
     out = dict(FINGERPRINT_DEFAULTS)
     sources: dict[str, str] = {}
-    if not isinstance(table, dict):
-        problems.append(Problem("FINGERPRINT", "settings", f"fingerprint={table!r} must be a table "
-                                "with prefixes, volatile, volatile_argv (lists of strings)"))
-        return out, sources
-    for name in sorted(set(table) - set(FINGERPRINT_DEFAULTS)):
-        problems.append(Problem(f"FINGERPRINT.{name}", "settings",
-                                f"fingerprint.{name} is not a fingerprint setting; accepted: "
-                                f"{', '.join(FINGERPRINT_DEFAULTS)}"
-                                f"{_suggest(name, list(FINGERPRINT_DEFAULTS))}"))
-    for name in ("prefixes", "volatile", "volatile_argv"):
-        if name in table:
-            try:
-                out[name] = cast("list", table[name])
-            except CastError as exc:
-                problems.append(Problem(f"FINGERPRINT.{name}", "settings",
-                                        f"fingerprint.{name}={table[name]!r} is not {exc.accepted}"))
     try:
-        history = get_history(settings, key="FINGERPRINT")
+        history = [e for e in get_history(settings, key="FINGERPRINT") if e["loader"] == "toml"]
     except Exception:
         history = []
+    accepted = "a list of non-empty strings, e.g. [\"SGLANG_RUN_ID\"]"
+    ok = True
     for entry in history:
-        value = entry.get("value") or {}
-        if isinstance(value, dict):
-            for field_name in ("volatile", "volatile_argv"):
-                for name in value.get(field_name, ()) or ():
-                    if isinstance(name, str):
-                        sources.setdefault(name, f"settings {entry['identifier']} [{entry['env']}]")
+        origin = f"{entry['identifier']} [{entry['env']}]"
+        table = entry.get("value")
+        if not isinstance(table, dict):
+            problems.append(Problem("FINGERPRINT", origin, f"{origin}: fingerprint = {table!r} must be "
+                                    f"a table with {', '.join(FINGERPRINT_DEFAULTS)}"))
+            ok = False
+            continue
+        for name, value in table.items():
+            if name not in FINGERPRINT_DEFAULTS:
+                problems.append(Problem(f"FINGERPRINT.{name}", origin,
+                                        f"{origin}: fingerprint.{name} is not a fingerprint setting; "
+                                        f"accepted: {', '.join(FINGERPRINT_DEFAULTS)}"
+                                        f"{_suggest(name, list(FINGERPRINT_DEFAULTS))}"))
+            elif not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
+                problems.append(Problem(f"FINGERPRINT.{name}", origin, f"{origin}: fingerprint.{name} = "
+                                        f"{value!r} is not {accepted}"))
+                ok = False
+            elif name != "prefixes":
+                for item in value:
+                    sources.setdefault(item, f"settings {origin}")
+    table = settings.get("FINGERPRINT", {}) if ok else {}
+    for name in FINGERPRINT_DEFAULTS:
+        if isinstance(table, dict) and name in table:
+            out[name] = tuple(table[name])
     return out, sources
 
 
