@@ -3,6 +3,7 @@ installs the armed features on the real target modules; two gloo ranks on the CP
 settings fail the rank guard naming the differing key, and agree when equal."""
 import multiprocessing as mp
 import os
+import sys
 import traceback
 from pathlib import Path
 
@@ -99,3 +100,17 @@ def test_rank_guard_over_two_gloo_ranks(tmp_path, texts, differs):
         for r in results:
             assert r["mismatch"] and "armed" in r["mismatch"]
             assert f"{differs}: rank 0: True, rank 1: False" in r["mismatch"]
+
+
+def test_settings_error_stops_the_sglang_process_despite_load_plugins_catching():
+    import subprocess
+
+    code = ("from sglang.srt.plugins import load_plugins\n"
+            "load_plugins()\n"
+            "print('BOOTED')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    env.update(DSV41_SETTINGS=str(REPO / "settings.toml"), DSV41_FOLDED_FENCE="maybe")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 3 and "BOOTED" not in proc.stdout
+    assert "DSV41_FOLDED_FENCE='maybe'" in proc.stderr

@@ -127,7 +127,7 @@ def test_diff_and_write_same_sidecar_compares_the_old_one(tmp_path, monkeypatch)
     data = json.loads(r.stdout)
     assert r.exit_code == 1 and data["diff"]["same"] is False and data["diff"]["changes"]
     r = runner.invoke(app, ["fingerprint", "-s", str(REPO_SETTINGS), "--diff", str(tmp_path / "none")])
-    assert r.exit_code == 2 and "cannot read" in r.stdout
+    assert r.exit_code == 2 and "cannot compare" in r.stderr and "cannot read" in r.stderr
 
 
 def test_write_to_a_bad_place_is_a_clear_error(tmp_path):
@@ -169,3 +169,79 @@ def test_child_variable_disagreeing_with_snapshot_is_reported(make_runtime):
     garbage = build(None, None, environ={"DSV41_SNAPSHOT": "{not json"}, argv=[],
                     configure_logging=False, features_dir=FEATURES_DIR)
     assert not garbage.from_snapshot and "not a dsv41_flags snapshot" in garbage.snapshot_notes[0]
+
+
+def test_classmethod_and_staticmethod_keep_their_kind():
+    from dsv41_flags._patch import Ledger
+
+    class C:
+        @classmethod
+        def cm(cls, x):
+            return (cls.__name__, x)
+
+        @staticmethod
+        def sm(x):
+            return x * 2
+
+    class D(C):
+        pass
+
+    ledger = Ledger()
+    ledger.patch("f", C, "cm", lambda orig: (lambda cls, x: ("w",) + orig(cls, x)))
+    ledger.patch("f", C, "sm", lambda orig: (lambda x: orig(x) + 1))
+    assert (C.cm(1), D.cm(2), C().cm(3)) == (("w", "C", 1), ("w", "D", 2), ("w", "C", 3))
+    assert (C.sm(2), C().sm(2)) == (5, 5)
+    ledger.patch("f", C, "cm", lambda orig: (lambda cls, x: ("w",) + orig(cls, x)))
+    assert C.cm(1) == ("w", "C", 1)                                    # one wrapper level
+    ledger.uninstall("f")
+    assert (C.cm(1), C().sm(2)) == (("C", 1), 4)
+
+
+@pytest.mark.parametrize("line", ['volatile = 5', 'volatile = "SGLANG_RUN_ID"', 'prefixes = [""]',
+                                  'volatile_argv = [1]'])
+def test_fingerprint_lists_are_strict(make_runtime, tmp_path, line):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(f"[default.fingerprint]\n{line}\n")
+    assert f"{tmp_path / 'settings.toml'} [default]" in str(exc.value)
+    assert "list of non-empty strings" in str(exc.value)
+
+
+def test_after_cycle_is_a_declaration_error(tmp_path):
+    for me, other in (("fa", "fb"), ("fb", "fa")):
+        (tmp_path / f"{me}.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature("
+                                           f"name='{me}', target='json', install=print, summary='s', "
+                                           f"after=('{other}',))\n")
+    with pytest.raises(DeclarationError, match="forms a cycle: fa -> fb -> fa"):
+        discover(tmp_path, entry_points=False)
+
+
+def test_option_equals_spelling_gives_the_same_fingerprint():
+    assert normalize_argv(["python", "-m", "x", "--tp=4", "--name", "a=b"]) == \
+        normalize_argv(["python", "-m", "x", "--tp", "4", "--name", "a=b"]) == \
+        ["x", "--tp", "4", "--name", "a=b"]
+
+
+def test_leftover_snapshot_is_reported(make_runtime):
+    parent = make_runtime(None, env={"DSV41_FOLDED_FENCE": "1"})
+    child = build(None, None, environ={"DSV41_SNAPSHOT": parent.snapshot()}, argv=[],
+                  configure_logging=False)
+    assert any("DSV41_FOLDED_FENCE is not set here" in n for n in child.snapshot_notes)
+
+
+def test_explain_refuses_a_bad_value(monkeypatch):
+    monkeypatch.setenv("DSV41_AUTOTUNE_KEEP_KEEP_OLD", "5.0")
+    r = CliRunner().invoke(app, ["explain", "AUTOTUNE_KEEP_KEEP_OLD", "-s", str(REPO_SETTINGS)])
+    assert r.exit_code == 1 and "DSV41_AUTOTUNE_KEEP_KEEP_OLD='5.0'" in r.stderr
+
+
+def test_second_activate_with_other_arguments_warns():
+    code = ("import dsv41_flags, json\n"
+            "a = dsv41_flags.activate()\n"
+            "b = dsv41_flags.activate(profile='tp4')\n"
+            "print(a is b, a.resolution.profile)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    env.update(DSV41_SETTINGS=str(REPO_SETTINGS), DSV41_LOG_FORMAT="json")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["True", "default"]
+    assert any(json.loads(line)["event"] == "activate.arguments_ignored"
+               for line in proc.stderr.splitlines() if line.startswith("{"))
