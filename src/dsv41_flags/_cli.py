@@ -115,24 +115,39 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
 
 @app.command()
 def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
-             as_json: bool = JsonOpt) -> None:
-    """Resolve without installing anything. Lists every problem at once; exit 1 on any error."""
+             as_json: bool = JsonOpt,
+             only: bool = typer.Option(False, "--only", help="check the chosen profile only")) -> None:
+    """Resolve without installing anything: the chosen profile (DSV41_ENV / --profile), then every
+    other profile of the settings files, so that a typo in [tp4] is caught while validating
+    [default]. Lists every problem at once (each with its profile); exit 1 on any error."""
     try:
         features, resolution, _ = resolve_launch(settings, profile)
-        problems = [{"key": p.key, "origin": p.origin, "severity": p.severity, "message": p.message}
-                    for p in resolution.problems]
     except FlagsError as exc:
         _fail(exc, as_json)
+    problems, seen = [], set()
+    others = [] if only else [p for p in resolution.profiles if p != resolution.profile]
+    for name, res in [(resolution.profile, resolution)] + [(p, None) for p in others]:
+        try:
+            res = res or resolve_launch(settings, name)[1]
+            found = list(res.problems)
+        except SettingsError as exc:
+            found = exc.problems
+        for p in found:
+            if p.message not in seen:
+                seen.add(p.message)
+                problems.append({"profile": name, "key": p.key, "origin": p.origin,
+                                 "severity": p.severity, "message": p.message})
     ok = not any(p["severity"] == "error" for p in problems)
+    checked = [resolution.profile] + others
     if as_json:
-        _emit_json({"ok": ok, "profile": resolution.profile, "settings_files": list(resolution.files),
-                    "problems": problems})
+        _emit_json({"ok": ok, "profile": resolution.profile, "profiles_checked": checked,
+                    "settings_files": list(resolution.files), "problems": problems})
     else:
         for p in problems:
-            err.print(f"{p['severity']}: {p['message']}",
+            err.print(f"{p['severity']} [{p['profile']}]: {p['message']}",
                       style="red" if p["severity"] == "error" else "yellow")
-        out.print(f"{'ok' if ok else 'invalid'}: {len(features)} feature(s), profile "
-                  f"{resolution.profile}, {len(problems)} problem(s)")
+        out.print(f"{'ok' if ok else 'invalid'}: {len(features)} feature(s), profile(s) "
+                  f"{', '.join(checked)}, {len(problems)} problem(s)")
     raise typer.Exit(0 if ok else 1)
 
 

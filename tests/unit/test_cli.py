@@ -141,3 +141,14 @@ def test_check_reports_drifted_feature(cli, tmp_path):
     assert data["features"][0]["missing"] == ["JSONDecoder.decode(nope)", "Gone"]
     r = cli("check", "-s", str(s))          # nothing armed: nothing checked
     assert r.exit_code == 0 and "none armed" in r.stdout
+
+
+def test_validate_checks_every_profile(cli, tmp_path):
+    s = tmp_path / "s.toml"
+    s.write_text("[default]\nfolded_fence = false\n[tp4]\nfolded_fense = true\n")
+    r = cli("validate", "--json", "-s", str(s))
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1 and data["profiles_checked"] == ["default", "tp4"]
+    assert [p["profile"] for p in data["problems"]] == ["tp4"]
+    assert "did you mean folded_fence?" in data["problems"][0]["message"]
+    assert cli("validate", "--only", "-s", str(s)).exit_code == 0
