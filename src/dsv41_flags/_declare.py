@@ -75,6 +75,7 @@ class EngineRange:
 
     @classmethod
     def parse(cls, text: str) -> "EngineRange":
+        """Parse ``"name<spec>"``. Raises ValueError (no name) or InvalidSpecifier (bad range)."""
         m = _ENGINE.match(text)
         if not m:
             raise ValueError("expected a distribution name followed by a version range")

@@ -42,10 +42,12 @@ class Fingerprint:
     excluded: Mapping[str, str]
 
     def to_dict(self) -> dict:
+        """JSON-ready dict (``digest``, ``payload``, ``excluded``) for the snapshot."""
         return {"digest": self.digest, "payload": dict(self.payload), "excluded": dict(self.excluded)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Fingerprint":
+        """Inverse of ``to_dict``. Raises KeyError when ``digest`` or ``payload`` is missing."""
         return cls(d["digest"], d["payload"], d.get("excluded", {}))
 
 

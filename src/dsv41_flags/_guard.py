@@ -103,6 +103,7 @@ def register_sglang_guard(runtime) -> bool:
         return False
 
     def after(result, *args, **kwargs):
+        """HookRegistry AFTER hook: run the guard over the world's CPU group, keep the result."""
         from sglang.srt.distributed.parallel_state import get_world_group
 
         check_ranks(runtime, get_world_group().cpu_group)

@@ -28,6 +28,7 @@ class PatchRecord:
 
     @property
     def where(self) -> str:
+        """``Owner.attr`` for reports (qualified name of the owner)."""
         return f"{getattr(self.owner, '__qualname__', getattr(self.owner, '__name__', repr(self.owner)))}.{self.attr}"
 
 

@@ -51,6 +51,7 @@ class FeatureState:
     patches: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
+        """JSON-ready dict of every field."""
         return {"name": self.name, "state": self.state, "value": self.value, "source": self.source,
                 "target": self.target, "detail": self.detail, "duration_ms": self.duration_ms,
                 "patches": list(self.patches)}
@@ -74,6 +75,7 @@ def _order(features: Sequence[Feature]) -> list[Feature]:
     seen: set[str] = set()
 
     def visit(f: Feature, path: tuple[str, ...]):
+        """Depth-first: a feature's ``after`` dependencies first."""
         if f.name in seen:
             return
         if f.name in path:
@@ -122,6 +124,7 @@ class Runtime:
     # ------------------------------------------------------------------ flags
     @property
     def strict(self) -> bool:
+        """Strict mode of this launch (the STRICT setting, default True)."""
         return self.resolution.strict
 
     def value(self, feature: Feature) -> bool:
@@ -130,6 +133,7 @@ class Runtime:
         return bool(resolved.value) if resolved else False
 
     def source(self, feature: Feature) -> str:
+        """Where the flag's value came from (``default`` / ``<file> [<section>]`` / ``env DSV41_X``)."""
         resolved = self.resolution.values.get(feature.flag)
         return resolved.source if resolved else "not in snapshot"
 

@@ -102,10 +102,12 @@ class Resolution:
 
     @property
     def errors(self) -> tuple[Problem, ...]:
+        """Problems of severity ``error``."""
         return tuple(p for p in self.problems if p.severity == "error")
 
     @property
     def warnings(self) -> tuple[Problem, ...]:
+        """Problems of severity ``warning``."""
         return tuple(p for p in self.problems if p.severity == "warning")
 
     def flag(self, feature: Feature) -> bool:
@@ -158,6 +160,7 @@ def _check_file(path: Path, how: str) -> list[Problem]:
     """Problems of one settings file: missing, unreadable, not ``*.toml``, invalid TOML or UTF-8,
     keys outside a ``[profile]`` section, Dynaconf's special ``[global]`` / ``[dynaconf]``."""
     def problem(reason: str) -> list[Problem]:
+        """One Problem naming this file and who named it."""
         return [Problem(str(path), how, f"settings file {path} (named by {how}) {reason}")]
 
     if path.suffix != ".toml":

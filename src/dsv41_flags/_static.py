@@ -36,6 +36,7 @@ class StaticResult:
 
     @property
     def ok(self) -> bool:
+        """True when nothing is missing."""
         return not self.missing
 
 
