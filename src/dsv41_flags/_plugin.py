@@ -48,8 +48,11 @@ def load() -> None:
         sys.stderr.write(f"dsv41_flags: stopping this sglang process: {exc}\n")
         sys.stderr.flush()
         raise SystemExit(3) from exc
+    role = rt.context.fields.get("role")
     rt.context.update(**ctx)
-    if not rt.guard_registered:
+    # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
+    # import of sglang's parallel_state
+    if not rt.guard_registered and role not in ("engine", "detokenizer", "data_parallel_controller"):
         from ._guard import register_sglang_guard
 
         rt.guard_registered = register_sglang_guard(rt)
