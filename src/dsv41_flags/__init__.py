@@ -44,10 +44,8 @@ def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile:
                                  reason="already active in this process: the first activation wins")
         return _RUNTIME
     rt = build(settings_files, profile)
-    import multiprocessing
-
-    rt.context.update(role=role or ("launcher" if multiprocessing.parent_process() is None
-                                     else multiprocessing.current_process().name))
+    # the process that resolved the launch (``dsv41-flags run`` execs into the command: same pid)
+    rt.context.update(role=role or ("launcher" if rt.launch_pid == os.getpid() else "child"))
     _RUNTIME = rt
     if export and not rt.from_snapshot:
         os.environ[SNAPSHOT_VAR] = rt.snapshot()

@@ -113,6 +113,7 @@ class Runtime:
         self.pid = os.getpid()
         self.guard_registered = False
         self.snapshot_notes: list[str] = []
+        self.launch_pid: int | None = self.pid  # pid of the process that resolved this launch
         self.entry_points = {tuple(f.entry_point) for f in features if f.entry_point}
 
     # ------------------------------------------------------------------ events
@@ -272,7 +273,8 @@ class Runtime:
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> str:
         """JSON handed to children in ``DSV41_SNAPSHOT``: resolution, fingerprint, features dir."""
-        return json.dumps({"v": SNAPSHOT_VERSION, "resolution": self.resolution.to_dict(),
+        return json.dumps({"v": SNAPSHOT_VERSION, "pid": os.getpid(),
+                           "resolution": self.resolution.to_dict(),
                            "fingerprint": self.fingerprint.to_dict(),
                            "features_dir": str(self.features_dir) if self.features_dir else None,
                            "entry_points": [list(p) for p in sorted(self.entry_points)]},
@@ -317,6 +319,7 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         rt = Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
                      features_dir=fdir, from_snapshot=True)
         rt.snapshot_notes = snapshot_differences(resolution, environ)
+        rt.launch_pid = snap.get("pid")
         return rt
     features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
                                                 configure_logging=configure_logging)
