@@ -67,7 +67,6 @@ def set_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
 def install(module, ctx):
     """Patch the digest, the divergence gate and the autotune context of ``flashinfer_autotune``."""
     fingerprint, keep, log = ctx.fingerprint, ctx.options["keep_old"], ctx.log
-    moved_by_digest: set[Path] = set()  # caches the digest below set aside (a changed launch)
 
     def make_digest(original):
         def _autotune_cache_digest(cache_path, env):
@@ -83,7 +82,6 @@ def install(module, ctx):
                 # a different launch re-tunes: an empty digest alone would still let the stock
                 # code load the old file when every rank reports "" (they agree)
                 set_aside(cache_path, keep, reason, log)
-                moved_by_digest.add(cache_path)
                 return ""
             stamp = configs.get("_metadata")
             # the fingerprint itself differs between ranks (node rank, per-node env); only "same
@@ -94,27 +92,14 @@ def install(module, ctx):
         return _autotune_cache_digest
 
     def make_drop(original):
+        # the stock gate, with set_aside instead of unlink: every rank enters tuning with the same
+        # cache or with none, and a cache that must go is kept as a stale copy
         def _drop_diverged_autotune_cache(cache_path, group, env):
-            # the stock gate unlinks on disagreement; keep a hard link so nothing is lost
-            cache_path = Path(cache_path)
-            moved_by_digest.discard(cache_path)
-            keeper = cache_path.with_name(f".{cache_path.name}.keep-{os.getpid()}")
-            try:
-                os.link(cache_path, keeper)
-            except OSError:
-                keeper = None
-            try:
-                return original(cache_path, group, env)
-            finally:
-                if keeper is not None:
-                    # gone because the digest already moved it aside: that copy is the kept one
-                    # (restoring and moving it again would rename a hard link onto itself, a no-op
-                    # that left the stale cache loadable)
-                    if cache_path.exists() or cache_path in moved_by_digest:
-                        keeper.unlink(missing_ok=True)
-                    else:
-                        os.replace(keeper, cache_path)
-                        set_aside(cache_path, keep, "per-rank caches disagree (stock gate)", log)
+            dist = module.torch.distributed
+            digests = [""] * dist.get_world_size(group)
+            dist.all_gather_object(digests, module._autotune_cache_digest(Path(cache_path), env), group=group)
+            if len(set(digests)) > 1:
+                set_aside(Path(cache_path), keep, "per-rank caches disagree (stock gate)", log)
 
         return _drop_diverged_autotune_cache
 
@@ -122,8 +107,12 @@ def install(module, ctx):
         @contextlib.contextmanager
         def flashinfer_autotune_context(model_runner, *args, **kwargs):
             cache_path = Path(module.flashinfer_autotune_cache_path(model_runner))
-            reused = module._autotune_cache_digest(cache_path, {}) != ""
+            # sets a stale cache aside before the stock code can load it (also without a gate,
+            # which runs only with more than one rank)
+            module._autotune_cache_digest(cache_path, {})
             with original(model_runner, *args, **kwargs):
+                # after the gate and the load: was a cache of this launch really there?
+                reused = cache_path.is_file() and _stale_reason(cache_path, {}, fingerprint) is None
                 yield
             try:
                 if cache_path.is_file():
@@ -145,7 +134,7 @@ FEATURE = Feature(
     install=install,
     summary="Keep per-rank FlashInfer autotune caches across boots of the same launch (EP)",
     requires=("_autotune_cache_digest(cache_path, env)", "_drop_diverged_autotune_cache(cache_path, group, env)",
-              "flashinfer_autotune_context", "flashinfer_autotune_cache_path"),
+              "flashinfer_autotune_context", "flashinfer_autotune_cache_path", "torch"),
     engine="sglang>=0.5.23,<0.6",
     # keeping or dropping a cache changes no tuned kernel (seed _VOLATILE)
     volatile=("DSV41_AUTOTUNE_KEEP",),

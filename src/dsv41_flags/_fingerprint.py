@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,26 +102,24 @@ def _split_eq(args: list[str]) -> list[str]:
 
 
 def _program(path: str) -> str:
-    """A script path as a dotted module name when it lies on sys.path, else its file name."""
+    """A script as a dotted module name: its stem, prefixed by every enclosing package (directories
+    with ``__init__.py``): ``.../site-packages/sglang/launch_server.py`` -> ``sglang.launch_server``,
+    ``./serve.py`` -> ``serve``. Anything else: its file name."""
     if path in ("-c", "-"):
         return path
     p = Path(path)
-    if p.suffix == ".py":
-        try:
-            full = p.resolve()
-        except OSError:
-            full = p
-        for entry in sorted((e for e in sys.path if e), key=len, reverse=True):
-            try:
-                rel = full.relative_to(Path(entry).resolve())
-            except (ValueError, OSError):
-                continue
-            parts = list(rel.with_suffix("").parts)
-            if parts and parts[-1] in ("__main__", "__init__"):
-                parts = parts[:-1]
-            if parts and all(part.isidentifier() for part in parts):
-                return ".".join(parts)
-    return p.name
+    if p.suffix != ".py":
+        return p.name
+    try:
+        p = p.resolve()
+    except OSError:
+        pass
+    parts = [] if p.stem in ("__main__", "__init__") else [p.stem]
+    parent = p.parent
+    while (parent / "__init__.py").is_file() and parent.name.isidentifier():
+        parts.insert(0, parent.name)
+        parent = parent.parent
+    return ".".join(parts) or p.name
 
 
 def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, volatile: dict) -> list[str]:

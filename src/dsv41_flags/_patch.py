@@ -96,9 +96,10 @@ class Ledger:
             setattr(replacement, _MARK, (feature, below, had_own))
         except (AttributeError, TypeError):
             pass
-        if callable(replacement) and not hasattr(replacement, "__wrapped__"):
+        fn = replacement.__func__ if kind else replacement
+        if callable(fn) and not hasattr(fn, "__wrapped__"):
             try:  # lets inspect.signature (and the drift check of a re-install) see the original
-                replacement.__wrapped__ = below
+                fn.__wrapped__ = below.__func__ if kind else below
             except (AttributeError, TypeError):
                 pass
         setattr(owner, attr, replacement)

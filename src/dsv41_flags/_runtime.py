@@ -27,7 +27,6 @@ from ._hooks import register_post_import_hook
 from ._patch import InstallContext, Ledger
 from ._settings import SNAPSHOT_VAR, Resolution
 
-STATES = ("off", "armed", "installed", "drifted", "failed", "pending", "fixed-upstream", "lost")
 SNAPSHOT_VERSION = 1
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
@@ -36,7 +35,8 @@ STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=
 class FeatureState:
     """One feature's state in this process.
 
-    state: off | armed | installed | drifted | failed | pending | fixed-upstream | lost;
+    state: off | armed | installed | drifted | failed | pending | fixed-upstream | lost |
+    uninstalled;
     value / source: the resolved flag; target: module name; detail: missing names, the error, or
     the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched.
     """
@@ -114,6 +114,7 @@ class Runtime:
         self.guard_registered = False
         self.snapshot_notes: list[str] = []
         self.launch_pid: int | None = self.pid  # pid of the process that resolved this launch
+        self.launch_env: dict[str, str] = {}    # its DSV41_* variables (set by build)
         self.entry_points = {tuple(f.entry_point) for f in features if f.entry_point}
 
     # ------------------------------------------------------------------ events
@@ -224,12 +225,22 @@ class Runtime:
         return st
 
     def uninstall(self, name: str | None = None) -> None:
-        """Restore the originals patched by feature ``name`` (every feature when None)."""
+        """Restore the originals patched by feature ``name`` (every feature when None), last
+        installed first. A feature becomes ``uninstalled`` (its hook will not fire again); one
+        whose patch has another feature's patch on top stays ``installed`` and
+        ``feature.uninstall_blocked`` names the features above it."""
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
-                self.ledger.uninstall(feature.name)
-                if self._states.get(feature.name, None) and self._states[feature.name].state == "installed":
-                    self._set(feature, "armed")
+                kept = self.ledger.uninstall(feature.name)
+                st = self._states.get(feature.name)
+                if kept:
+                    self.log.warning("feature.uninstall_blocked", feature=feature.name,
+                                     attributes=[r.where for r in kept],
+                                     above=sorted({x.feature for r in kept
+                                                   for x in self.ledger.stack(r.owner, r.attr)
+                                                   if x.feature != feature.name}))
+                elif st is not None and st.state in ("installed", "lost"):
+                    self._set(feature, "uninstalled")
 
     # ------------------------------------------------------------------ report
     def states(self) -> list[FeatureState]:
@@ -273,7 +284,7 @@ class Runtime:
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> str:
         """JSON handed to children in ``DSV41_SNAPSHOT``: resolution, fingerprint, features dir."""
-        return json.dumps({"v": SNAPSHOT_VERSION, "pid": os.getpid(),
+        return json.dumps({"v": SNAPSHOT_VERSION, "pid": os.getpid(), "env": self.launch_env,
                            "resolution": self.resolution.to_dict(),
                            "fingerprint": self.fingerprint.to_dict(),
                            "features_dir": str(self.features_dir) if self.features_dir else None,
@@ -318,7 +329,8 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])])
         rt = Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
                      features_dir=fdir, from_snapshot=True)
-        rt.snapshot_notes = snapshot_differences(resolution, environ)
+        rt.launch_env = dict(snap.get("env", {}))
+        rt.snapshot_notes = snapshot_differences(rt.launch_env, environ)
         rt.launch_pid = snap.get("pid")
         return rt
     features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
@@ -327,28 +339,31 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     fingerprint = compute(resolution, features, argv, environ)
     rt = Runtime(features, resolution, fingerprint, features_dir=fdir)
     rt.snapshot_notes = snapshot_notes
+    rt.launch_env = _dsv41_vars(environ)
     return rt
 
 
-def snapshot_differences(resolution: Resolution, environ: Mapping[str, str]) -> list[str]:
-    """Sentences for ``DSV41_*`` variables of this process that disagree with the launch's snapshot
-    (the snapshot wins: one launch, one resolution; these say so instead of staying silent)."""
+def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k.startswith("DSV41_") and k != SNAPSHOT_VAR}
+
+
+def snapshot_differences(launch_env: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
+    """Sentences for every ``DSV41_*`` variable (flags, options and reserved names alike) of this
+    process that differs from the launching process's (the snapshot wins: one launch, one
+    resolution; these say so instead of staying silent)."""
+    here = _dsv41_vars(environ)
     out = []
-    wanted = environ.get(_settings.PROFILE_VAR, "").strip().lower()
-    if wanted and wanted != resolution.profile:
-        out.append(f"{_settings.PROFILE_VAR}={wanted!r} here, but the launch's snapshot has profile "
-                   f"{resolution.profile!r}: the snapshot is used")
-    for key, resolved in resolution.values.items():
-        var = "DSV41_" + key
-        snap_raw = next((raw for src, raw in reversed(resolved.chain) if src == f"env {var}"), None)
-        here = environ.get(var)
-        if here is not None and here != snap_raw:
-            out.append(f"{var}={here!r} here, but the launch's snapshot resolved {key} = "
-                       f"{resolved.value!r} (from {resolved.source}): the snapshot is used")
-        elif here is None and snap_raw is not None:
-            out.append(f"{var} is not set here, but the launch's snapshot has {var}={snap_raw!r} "
-                       f"({key} = {resolved.value!r}): the snapshot is used (a DSV41_SNAPSHOT left "
-                       f"over from another launch? unset it)")
+    for name in sorted(set(here) | set(launch_env)):
+        mine, theirs = here.get(name), launch_env.get(name)
+        if mine == theirs:
+            continue
+        if mine is None:
+            out.append(f"{name} is not set here, but the launch's snapshot was resolved with "
+                       f"{name}={theirs!r}: the snapshot is used (a DSV41_SNAPSHOT left over from "
+                       f"another launch? unset it)")
+        else:
+            out.append(f"{name}={mine!r} here, but the launch's snapshot was resolved with "
+                       f"{'it unset' if theirs is None else f'{name}={theirs!r}'}: the snapshot is used")
     return out
 
 

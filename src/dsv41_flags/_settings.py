@@ -356,7 +356,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
             src = chain[-1][0]
             base = Path(src.rsplit(" [", 1)[0]).parent if not src.startswith("env ") else Path.cwd()
             reserved[key] = str((base / value).resolve())
-    fp, volatile_sources = _fingerprint_settings(settings, problems)
+    fp, volatile_sources = _fingerprint_settings(settings, problems, bool(reserved["STRICT"]))
     reserved["FINGERPRINT"] = fp
 
     values: dict[str, Resolved] = {}
@@ -387,7 +387,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
                       problems=tuple(problems), notes=notes)
 
 
-def _fingerprint_settings(settings, problems: list[Problem]) -> tuple[dict, dict[str, str]]:
+def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
+                          ) -> tuple[dict, dict[str, str]]:
     """Typed ``fingerprint`` table and, per volatile name, the file [section] that declared it.
 
     Each of ``prefixes``, ``volatile``, ``volatile_argv`` must be a TOML list of non-empty strings
@@ -416,7 +417,8 @@ def _fingerprint_settings(settings, problems: list[Problem]) -> tuple[dict, dict
                 problems.append(Problem(f"FINGERPRINT.{name}", origin,
                                         f"{origin}: fingerprint.{name} is not a fingerprint setting; "
                                         f"accepted: {', '.join(FINGERPRINT_DEFAULTS)}"
-                                        f"{_suggest(name, list(FINGERPRINT_DEFAULTS))}"))
+                                        f"{_suggest(name, list(FINGERPRINT_DEFAULTS))}",
+                                        "error" if strict else "warning"))
             elif not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
                 problems.append(Problem(f"FINGERPRINT.{name}", origin, f"{origin}: fingerprint.{name} = "
                                         f"{value!r} is not {accepted}"))
@@ -448,7 +450,12 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX):]
-            if key.split("__")[0] not in known and name not in external:
+            if "__" in key:
+                problems.append(Problem(name, f"env {name}", f"environment variable {name}: nested "
+                                        f"settings cannot be set through variables (set "
+                                        f"{key.split('__')[0].lower()}.{key.split('__', 1)[1].lower()} "
+                                        f"in settings.toml)"))
+            elif key not in known and name not in external:
                 problems.append(Problem(name, f"env {name}", f"environment variable {name} matches no "
                                         f"flag, option or reserved name{_suggest(name, env_known)}{tail}",
                                         severity))

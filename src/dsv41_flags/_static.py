@@ -10,6 +10,7 @@ source when it can be found (a compiled module is trusted).
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib.util
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -135,6 +136,8 @@ def lookup(module: str, path: tuple[str, ...], depth: int = 0):
         if scope is None or part not in scope:
             if scope is None:  # an attribute of an instance, function or module: not visible
                 break           # in the source, trusted (``--import`` checks it live)
+            if isinstance(node, ast.ClassDef):  # inherited from a base class?
+                return _from_bases(module, node, path, i, depth)
             if i == 0 and depth < _MAX_FOLLOW:
                 if src.name == "__init__.py" and locate(f"{module}.{part}") is not None:
                     if len(path) == 1:  # a submodule of a package
@@ -156,6 +159,47 @@ def lookup(module: str, path: tuple[str, ...], depth: int = 0):
                     return None, ".".join(path[: i + 1] + tuple(missing.split(".")[1:]))
                 return found, ""
     return node, ""
+
+
+def _from_bases(module: str, cls: ast.ClassDef, path: tuple[str, ...], i: int, depth: int):
+    """Look ``path[i:]`` up in the bases of ``cls`` (defined in ``module``). A base that cannot be
+    resolved from source (compiled, generic, dynamic) is trusted."""
+    missing_here = ".".join(path[: i + 1])
+    if depth >= _MAX_FOLLOW:
+        return None, ""
+    for base in cls.bases:
+        dotted = ast.unparse(base)
+        if not all(p.isidentifier() for p in dotted.split(".")):
+            return None, ""  # Generic[T], call results...: not resolvable, trusted
+        if hasattr(builtins, dotted.split(".")[0]):  # object, Exception, dict...: no source
+            obj = builtins
+            if all((obj := getattr(obj, p, None)) is not None for p in dotted.split(".") + list(path[i:])):
+                return None, ""
+            continue
+        if _imported_from_elsewhere(module, dotted.split(".")[0]):
+            continue  # a base from another distribution (msgspec.Struct, torch.nn.Module...) does
+            #           not define the engine's members: not searched (``--import`` sees them)
+        found, missing = lookup(module, tuple(dotted.split(".")) + path[i:], depth + 1)
+        if not missing or missing.startswith("module "):
+            return found, ""
+        if missing.split(".")[: len(dotted.split("."))] == dotted.split("."):
+            continue  # the base has no such attribute: try the next one
+        return None, ""  # the base itself could not be found in the source: trusted
+    return None, missing_here
+
+
+def _imported_from_elsewhere(module: str, name: str) -> bool:
+    """True when ``name`` is bound in ``module`` by an import from another top-level package."""
+    src = locate(module)
+    node = _names(_parse(str(src)).body).get(name) if src else None
+    top = module.split(".")[0]
+    if isinstance(node, ast.Import):
+        return next((a.name for a in node.names if (a.asname or a.name).split(".")[0] == name),
+                    name).split(".")[0] != top
+    if isinstance(node, ast.ImportFrom):
+        origin = _imported_from(node, name, module)
+        return origin is not None and origin[0].split(".")[0] != top
+    return False
 
 
 def check_feature(feature: Feature) -> StaticResult:

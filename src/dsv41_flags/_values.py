@@ -30,7 +30,7 @@ def _strip(raw: str) -> str:
     return raw.strip()
 
 
-def cast_bool(raw: Any, *, empty_is_false: bool = True) -> bool:
+def cast_bool(raw: Any) -> bool:
     """Cast a flag value to bool.
 
     Accepted: ``bool``; the ints 0 and 1; the words true/false, 1/0, on/off, yes/no in any case,
@@ -43,7 +43,7 @@ def cast_bool(raw: Any, *, empty_is_false: bool = True) -> bool:
         return bool(raw)
     if isinstance(raw, str):
         word = _strip(raw).lower()
-        if word == "" and empty_is_false:
+        if word == "":
             return False
         if word in TRUE_WORDS:
             return True

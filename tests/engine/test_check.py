@@ -60,6 +60,9 @@ def test_both_ported_features_pass_check_without_importing_the_engine(monkeypatc
      "_drop_diverged_autotune_cache(extra)"),
     (f"target={DV!r}, requires=('AcceptOuts.out_tokens', 'AcceptOuts.accept_lens')",
      "AcceptOuts.accept_lens"),                                                     # struct field
+    ("target='sglang.srt.managers.scheduler', "
+     "requires=('Scheduler.event_loop_pp', 'Scheduler.event_loop_nope')",          # inherited from
+     "Scheduler.event_loop_nope"),                                                  # a mixin: found
 ])
 def test_drifted_feature_exits_1_naming_the_piece(check, decl, piece):
     code, data = check({"drifty": decl})

@@ -261,7 +261,7 @@ def test_uninstall_restores_the_original(make_runtime, rig):
     assert dv.TargetVerifyExecutor.__dict__["accept_and_finalize"] is not ORIGINAL
     rt.uninstall()
     _assert_pristine()
-    assert {s.name: s.state for s in rt.states()}["folded_fence"] == "armed"
+    assert {s.name: s.state for s in rt.states()}["folded_fence"] == "uninstalled"
     assert rt.ledger.records("folded_fence") == []
 
     # and the hazard is back: the folded read aliases the buffers again

@@ -245,3 +245,62 @@ def test_second_activate_with_other_arguments_warns():
     assert proc.stdout.split() == ["True", "default"]
     assert any(json.loads(line)["event"] == "activate.arguments_ignored"
                for line in proc.stderr.splitlines() if line.startswith("{"))
+
+
+def test_nested_variables_are_refused(make_runtime):
+    with pytest.raises(SettingsError, match="DSV41_FINGERPRINT__PREFIXES: nested settings cannot be set"):
+        make_runtime(None, env={"DSV41_FINGERPRINT__PREFIXES": "SGLANG_"})
+
+
+def test_script_name_is_the_same_typed_or_in_process(tmp_path, monkeypatch):
+    (tmp_path / "serve.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert normalize_argv(["python", "serve.py", "--tp", "2"]) == \
+        normalize_argv([str(tmp_path / "serve.py"), "--tp", "2"]) == ["serve", "--tp", "2"]
+
+
+def test_reinstalling_a_classmethod_patch_is_not_drift(tmp_path, monkeypatch, make_runtime):
+    (tmp_path / "cm_target.py").write_text(
+        "class Loader:\n    @classmethod\n    def build(cls, *, strict=False):\n        return strict\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    (feats / "cm_fix.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "def install(module, ctx):\n"
+        "    ctx.patch(module.Loader, 'build', lambda orig: (lambda cls, **kw: not orig(cls, **kw)))\n"
+        "FEATURE = Feature(name='cm_fix', target='cm_target', install=install, summary='s', engine='',\n"
+        "                  requires=('Loader.build(strict)',))\n")
+    rt = make_runtime("[default]\ncm_fix = true\n", features_dir=feats)
+    rt.arm()
+    import cm_target
+    assert rt.install(rt.features["cm_fix"], cm_target).state == "installed"
+    assert cm_target.Loader.build(strict=False) is True
+    sys.modules.pop("cm_target", None)
+
+
+def test_uninstall_under_another_patch_is_reported(tmp_path, monkeypatch, make_runtime):
+    (tmp_path / "stack_target.py").write_text("class C:\n    def p(self):\n        return 'p'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    for name, tag, after in (("a_fix", "A", ""), ("b_fix", "B", "after=('a_fix',)")):
+        (feats / f"{name}.py").write_text(
+            "from dsv41_flags import Feature\n"
+            "def install(module, ctx):\n"
+            f"    ctx.patch(module.C, 'p', lambda orig: (lambda self: ({tag!r}, orig(self))))\n"
+            f"FEATURE = Feature(name={name!r}, target='stack_target', install=install, summary='s',"
+            f" engine='', {after})\n")
+    rt = make_runtime("[default]\na_fix = true\nb_fix = true\n", features_dir=feats)
+    rt.arm()
+    import stack_target
+    from structlog.testing import capture_logs
+    with capture_logs() as logs:
+        rt.uninstall("a_fix")
+    assert stack_target.C().p() == ("B", ("A", "p"))
+    assert {s.name: s.state for s in rt.states()} == {"a_fix": "installed", "b_fix": "installed"}
+    assert [e["above"] for e in logs if e["event"] == "feature.uninstall_blocked"] == [["b_fix"]]
+    rt.uninstall()
+    assert stack_target.C().p() == "p"
+    assert {s.name: s.state for s in rt.states()} == {"a_fix": "uninstalled", "b_fix": "uninstalled"}
+    sys.modules.pop("stack_target", None)
