@@ -164,6 +164,17 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     d["sidecar_after"] = _digest(sidecar)
     d["stale_count"] = len(stale())
     d["listing"] = _listing(cache_dir, cache_path.stem)
+
+    # e) rank 1 lost its sidecar (killed before saving): the ranks disagree, so the gate must
+    #    drop rank 0's good cache too; it is set aside (kept), never deleted
+    e = out["e"] = {}
+    if rank == 1:
+        sidecar.unlink()
+    e["digest_before"] = _digest(cache_path)
+    gate()
+    e["exists_after"] = cache_path.exists()
+    e["stale"] = {name: _digest(cache_dir / name) for name in stale()}
+    e["listing"] = _listing(cache_dir, cache_path.stem)
     rt3.uninstall()
     d["restored"] = all(getattr(mod, n) is f for n, f in stock.items())
     return out

@@ -152,3 +152,12 @@ def test_d_volatile_only_change_keeps_the_caches(ranks):
         assert d["sidecar_after"] == d["sidecar"]
         assert d["stale_count"] == 1, f"rank {r}: {d['listing']}"  # only scenario c's copy
         assert d["restored"], f"rank {r}: uninstall left a patch"
+
+
+def test_e_disagreeing_ranks_set_caches_aside_never_delete(ranks):
+    for r, (d, e) in enumerate(zip(both(ranks, "d"), both(ranks, "e"))):
+        assert e["digest_before"] == d["digest"]
+        assert e["exists_after"] is False, f"rank {r}: a cache survived a disagreeing gate"
+        assert d["digest"] in e["stale"].values(), f"rank {r}: the cache was deleted: {e['listing']}"
+        assert len(e["stale"]) == 2, f"rank {r}: {e['listing']}"   # scenario c's copy and this one
+        assert not [n for n in e["listing"] if ".keep-" in n or n.endswith(".tmp")], e["listing"]
