@@ -57,14 +57,14 @@ class FeatureState:
                 "patches": list(self.patches)}
 
 
-def default_features_dir(resolution: Resolution) -> Path:
-    """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file loaded when it
-    exists, else the project's ``features/`` (beside the source tree of an editable install)."""
-    if resolution.reserved.get("FEATURES_DIR"):
-        return Path(resolution.reserved["FEATURES_DIR"])
-    for f in resolution.files:
-        if not Path(f).stem.endswith(".local") and (Path(f).parent / "features").is_dir():
-            return Path(f).parent / "features"
+def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> Path:
+    """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file when it exists,
+    else the project's ``features/`` (beside the source tree of an editable install)."""
+    if reserved.get("FEATURES_DIR"):
+        return Path(reserved["FEATURES_DIR"])
+    for f in files:
+        if (f.parent / "features").is_dir():
+            return f.parent / "features"
     return _settings.PROJECT_SETTINGS.parent / "features"
 
 
@@ -380,11 +380,11 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
     files, _how = _settings.find_settings_files(settings_files, environ)
     settings, prof, profiles, notes = _settings.load(files, profile, environ)
     # reserved settings first: logging is configured before any feature module is imported
-    pre = _settings.resolve(settings, prof, profiles, files, (), environ, notes)
+    reserved = _settings.reserved_settings(settings, environ)
     if configure_logging:
-        configure(pre.reserved.get("LOG_FORMAT", "auto"), pre.reserved.get("LOG_LEVEL", "info"))
-    fdir = features_dir or default_features_dir(pre)
-    if pre.reserved.get("FEATURES_DIR") and not fdir.is_dir():
+        configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"])
+    fdir = features_dir or default_features_dir(reserved, [Path(f) for f in files])
+    if reserved.get("FEATURES_DIR") and not fdir.is_dir():
         from ._errors import Problem, SettingsError
 
         raise SettingsError([Problem("FEATURES_DIR", "settings", f"features_dir {str(fdir)!r} is not a "

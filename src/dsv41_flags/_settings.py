@@ -334,17 +334,12 @@ def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
     return value, source, ok
 
 
-def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path],
-            features: tuple[Feature, ...], environ: Mapping[str, str] | None = None,
-            notes: tuple[str, ...] = (), features_dir: Path | None = None) -> Resolution:
-    """Resolve every flag and option of ``features`` and the reserved settings.
-
-    Bad values become error problems (never guessed); unknown keys become warnings, errors in
-    strict mode. Does not raise: call ``Resolution.raise_for_errors()``.
-    """
-    environ = os.environ if environ is None else environ
-    problems: list[Problem] = []
-
+def reserved_settings(settings, environ: Mapping[str, str], problems: list[Problem] | None = None
+                      ) -> dict[str, Any]:
+    """Typed reserved settings (STRICT, FEATURES_DIR, LOG_FORMAT, LOG_LEVEL, RANK_GUARD, EXTERNAL)
+    or their defaults; bad values are appended to ``problems``. Needs no feature: logging is
+    configured from it before any feature module is imported."""
+    problems = [] if problems is None else problems
     reserved: dict[str, Any] = {}
     for key, (kind, default, choices) in RESERVED_TYPES.items():
         chain = _history(settings, key, environ)
@@ -356,6 +351,20 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
             src = chain[-1][0]
             base = Path(src.rsplit(" [", 1)[0]).parent if not src.startswith("env ") else Path.cwd()
             reserved[key] = str((base / value).resolve())
+    return reserved
+
+
+def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path],
+            features: tuple[Feature, ...], environ: Mapping[str, str] | None = None,
+            notes: tuple[str, ...] = (), features_dir: Path | None = None) -> Resolution:
+    """Resolve every flag and option of ``features`` and the reserved settings.
+
+    Bad values become error problems (never guessed); unknown keys become warnings, errors in
+    strict mode. Does not raise: call ``Resolution.raise_for_errors()``.
+    """
+    environ = os.environ if environ is None else environ
+    problems: list[Problem] = []
+    reserved = reserved_settings(settings, environ, problems)
     fp, volatile_sources = _fingerprint_settings(settings, problems, bool(reserved["STRICT"]))
     reserved["FINGERPRINT"] = fp
 
