@@ -26,6 +26,25 @@ SETTINGS = REPO / "settings.toml"
 CLI = str(Path(PY).with_name("dsv41-flags"))
 
 
+#: source of ``timed(owner, name, label, wrap=...)`` for child scripts (which define ``spent = {}``
+#: first): wraps ``owner.name`` so each call adds its seconds to ``spent[label]``; skipped when
+#: ``owner`` has no ``name``. Contains no braces, so it can sit in a ``str.format`` template.
+TIMED_SRC = """
+def timed(owner, name, label, wrap=lambda f: f):
+    orig = getattr(owner, name, None)
+    if orig is None:
+        return
+    spent[label] = 0.0
+    def w(*a, **k):
+        t = time.perf_counter()
+        try:
+            return orig(*a, **k)
+        finally:
+            spent[label] += time.perf_counter() - t
+    setattr(owner, name, wrap(w))
+"""
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without any DSV41_ variable (and without a bootstrap on PYTHONPATH), plus
     ``extra``. Every fresh interpreter of the benchmarks starts from it, so the host's own

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BENCH, FEATURES_DIR, PY, SETTINGS, clean_env, main, med, python, row, spread  # noqa: E402
+from _common import (BENCH, FEATURES_DIR, PY, SETTINGS, TIMED_SRC, clean_env, main, med, python,  # noqa: E402
+                     row, spread)
 
 ARMED = {"DSV41_FOLDED_FENCE": "1", "DSV41_AUTOTUNE_KEEP": "1"}
 LAUNCH_ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/models/x", "--tp", "4",
@@ -154,18 +155,7 @@ import dsv41_flags
 import dsv41_flags._runtime as R, dsv41_flags._discovery as D
 t1 = time.perf_counter()
 spent = {}  # in the order wrapped below (0.0 when a part did not run)
-def timed(owner, name, label, wrap=lambda f: f):
-    orig = getattr(owner, name, None)
-    if orig is None:
-        return
-    spent[label] = 0.0
-    def w(*a, **k):
-        t = time.perf_counter()
-        try:
-            return orig(*a, **k)
-        finally:
-            spent[label] += time.perf_counter() - t
-    setattr(owner, name, wrap(w))
+""" + TIMED_SRC + """
 timed(R, "_read_snapshot", "snapshot JSON decode")
 timed(R.Resolution, "from_dict", "Resolution.from_dict", staticmethod)
 timed(R, "configure", "structlog configure")

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import clean_env, main, med, python, row, spread  # noqa: E402
+from _common import TIMED_SRC, clean_env, main, med, python, row, spread  # noqa: E402
 
 N_FEATURES = 100
 N_VARS = 20
@@ -116,19 +116,11 @@ from pathlib import Path
 import dsv41_flags._runtime as R, dsv41_flags._settings as S
 import dynaconf
 spent = {{}}  # filled in the order the parts are wrapped below (the report's order)
-def timed(owner, name, label):
-    orig = getattr(owner, name)
-    spent[label] = 0.0
-    def w(*a, **k):
-        t = time.perf_counter()
-        try:
-            return orig(*a, **k)
-        finally:
-            spent[label] += time.perf_counter() - t
-    setattr(owner, name, w)
+""" + TIMED_SRC + """
 timed(S, "find_settings_files", "settings search (+ TOML check)")
 timed(S, "load", "Dynaconf load (+ profiles scan)")
-timed(S, "resolve", "resolution with provenance (x2: reserved, then all keys)")
+timed(S, "reserved_settings", "reserved settings (before logging and discovery)")
+timed(S, "resolve", "resolution with provenance")
 timed(S, "_history", "  of which: _history() per key (Dynaconf get_history)")
 timed(R, "discover", "discovery (100 feature modules)")
 timed(R, "compute", "fingerprint")
