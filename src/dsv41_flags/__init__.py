@@ -59,11 +59,3 @@ def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile:
 def runtime() -> Runtime | None:
     """The runtime of this process, or None before ``activate``."""
     return _RUNTIME if _RUNTIME is not None and _RUNTIME.pid == os.getpid() else None
-
-
-def _reset_for_tests() -> None:
-    """Forget this process's runtime (tests only; patches are uninstalled first)."""
-    global _RUNTIME
-    if _RUNTIME is not None:
-        _RUNTIME.uninstall()
-    _RUNTIME = None

@@ -78,14 +78,12 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
     rows = []
     for f in features:
         r = resolution.values[f.flag]
-        static = check_feature(f)
-        bad_version = version_problem(f)
+        missing, source = _drift_of(f, fdir)
         fixed = fixed_upstream(f)
-        missing = ([bad_version] if bad_version else []) + list(static.missing)
         state = "off" if not r.value else "fixed-upstream" if fixed else "drifted" if missing else "armed"
         rows.append({"name": f.name, "state": state, "value": r.value, "source": r.source,
                      "target": f.target, "engine": f.engine, "engine_version": engine_version(f),
-                     "target_found": static.source is not None, "missing": missing,
+                     "target_found": source is not None, "missing": missing,
                      "detail": fixed or "", "options": resolution.options_of(f)})
     data = {"profile": resolution.profile, "settings_files": list(resolution.files),
             "features_dir": str(fdir), "fingerprint": fp.digest, "features": rows,
@@ -320,15 +318,7 @@ def check(all_: bool = typer.Option(False, "--all", help="every feature, not onl
     chosen = [f for f in features if all_ or resolution.flag(f)]
     results = []
     for f in chosen:
-        if live:
-            missing = _live_missing(f, fdir)
-            source = None
-        else:
-            static = check_feature(f)
-            missing, source = list(static.missing), static.source
-        bad_version = version_problem(f)
-        if bad_version:
-            missing.insert(0, bad_version)
+        missing, source = _drift_of(f, fdir, live=live)
         results.append({"feature": f.name, "target": f.target, "source": source, "missing": missing,
                         "fixed_upstream": fixed_upstream(f) or "", "ok": not missing})
     ok = all(r["ok"] for r in results)
@@ -341,6 +331,19 @@ def check(all_: bool = typer.Option(False, "--all", help="every feature, not onl
         if not results:
             out.print("no feature checked (none armed; use --all)")
     raise typer.Exit(0 if ok else 1)
+
+
+def _drift_of(feature, fdir, *, live: bool = False) -> tuple[list[str], str | None]:
+    """``(missing, source)``: the engine version problem (if any) then the missing ``requires``
+    pieces, from the target's source (``source`` = its file, None when not found) or, with
+    ``live``, from importing it in a subprocess (``source`` None)."""
+    if live:
+        missing, source = _live_missing(feature, fdir), None
+    else:
+        static = check_feature(feature)
+        missing, source = list(static.missing), static.source
+    bad_version = version_problem(feature)
+    return ([bad_version] if bad_version else []) + missing, source
 
 
 def _live_missing(feature, fdir) -> list[str]:
