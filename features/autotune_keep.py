@@ -12,16 +12,32 @@ cache after tuning. A cache is kept only when its sidecar matches the current la
 change cannot leave one rank with a partial hit (a hit skips a profile, and a skipped profile on
 one rank desynchronises the timing reduction). A cache that must be re-tuned is moved aside
 (``<cache>.stale-<UTC time>-<pid>``, the latest ``keep_old`` copies kept), never deleted.
+
+Fleet safety (issue 15): engines sharing a cache directory decide and move under an advisory lock
+(``<cache>.lock``, never held across a collective) and tolerate a cache vanishing under them; a
+read-only directory is used read-only (a matching cache is kept, a stale one is reported with
+``autotune_keep.read_only`` and left to the engine's own rules); no write or move follows a
+symbolic link; temporaries of crashed writes beside the cache are removed at boot.
 """
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import time
 from pathlib import Path
 
-from dsv41_flags import Feature, Option, read_sidecar, sidecar_path, write_sidecar
-from dsv41_flags._fingerprint import diff, matches
+from dsv41_flags import (Feature, Option, SymlinkRefused, clean_stale_temps, payload_diff, read_sidecar,
+                         sidecar_matches, sidecar_path, write_sidecar)
+
+#: errors of a directory this process may read but not change (image-baked caches, read-only
+#: mounts, another user's directory): the cache is used read-only
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+#: temporaries of FlashInfer's AutoTuner.save_configs (mkstemp prefix ".autotuner_", suffix ".tmp")
+ENGINE_TEMPS = (".autotuner_*.tmp",)
+LOCK_SUFFIX = ".lock"
+LOCK_TIMEOUT_S = 30.0
 
 
 def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
@@ -33,35 +49,173 @@ def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
         return "sidecar written by the older adapter (seed autotune_keep.py): fingerprint unknown"
     if side.payload is None:
         return f"no sidecar for this cache ({side.error})"
-    if not matches(side, fingerprint):
-        changed = [f"{c['part']}:{c['key']}" for c in diff(side.payload, fingerprint.payload)]
+    if not sidecar_matches(side, fingerprint):
+        changed = [f"{c['part']}:{c['key']}" for c in payload_diff(side.payload, fingerprint.payload)]
         return "launch changed: " + (", ".join(changed) or "fingerprint differs")
     return None
 
 
-def set_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
-    """Move ``cache_path`` (and its sidecar) to ``<name>.stale-<UTC time>.<ns>-<pid>``; keep the
-    latest ``keep`` stale copies of this cache (by set-aside time), remove older ones.
-    Returns the new path, or None when there is no cache."""
-    if not cache_path.exists():
-        return None
+@contextlib.contextmanager
+def cache_lock(cache_path: Path, log):
+    """Advisory lock (``fcntl.flock``) on ``<cache>.lock`` beside the cache, shared by every engine
+    using this cache path. Yields True when held. Never held across a collective (the ranks of one
+    engine never wait on each other's lock). Opened with ``O_NOFOLLOW`` (a symlinked lock file is
+    not used); created when the directory is writable, else opened read-only (flock works on
+    it), else no lock (a read-only directory where nothing is moved needs none). Waits at most
+    ``LOCK_TIMEOUT_S``, then goes on unlocked with ``autotune_keep.lock_timeout``: never a hang."""
+    lock = cache_path.with_name(cache_path.name + LOCK_SUFFIX)
+    fd = None
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            break
+        except OSError:
+            continue
+    if fd is None:
+        yield False
+        return
+    try:
+        locked = False
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    log.warning("autotune_keep.lock_timeout", cache=str(cache_path), lock=str(lock),
+                                waited_s=LOCK_TIMEOUT_S)
+                    break
+                time.sleep(0.005)
+            except OSError:
+                break
+        try:
+            yield locked
+        finally:
+            if locked:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _stamp() -> str:
     ns = time.time_ns()  # names sort in set-aside order; never overwrite an earlier copy
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns / 1e9)) + f".{ns % 10**9:09d}-{os.getpid()}"
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns / 1e9)) + f".{ns % 10**9:09d}-{os.getpid()}"
+
+
+def _move_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
+    """``set_aside`` without the lock (the caller holds it)."""
+    try:
+        os.lstat(cache_path)
+    except FileNotFoundError:
+        return None
+    stamp = _stamp()
     target = cache_path.with_name(f"{cache_path.name}.stale-{stamp}")
-    while target.exists():
+    while os.path.lexists(target):
         stamp += "+"
         target = cache_path.with_name(f"{cache_path.name}.stale-{stamp}")
-    os.replace(cache_path, target)
+    try:
+        os.replace(cache_path, target)  # rename(2): moves a link itself, never what it points to
+    except FileNotFoundError:
+        return None  # another engine sharing the directory moved it first: nothing lost
+    except OSError as exc:
+        event = "autotune_keep.read_only" if exc.errno in READ_ONLY else "autotune_keep.set_aside_failed"
+        log.warning(event, cache=str(cache_path), reason=reason, error=f"{exc.strerror or exc}",
+                    action="cache left in place, not written to; the engine's own rules decide "
+                           "whether it is loaded, as without this feature")
+        return None
     side = sidecar_path(cache_path)
-    if side.exists():
+    try:
         os.replace(side, side.with_name(f"{side.name}.stale-{stamp}"))
-    copies = sorted(cache_path.parent.glob(f"{cache_path.name}.stale-*"))
-    for old in copies[:-keep] if keep > 0 else []:
-        old.unlink(missing_ok=True)
-        sidecar = side.with_name(f"{side.name}.stale-{old.name.split('.stale-', 1)[1]}")
-        sidecar.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("autotune_keep.set_aside_failed", cache=str(side), reason=reason,
+                    error=f"{exc.strerror or exc}", action="sidecar left in place")
+    if keep > 0:
+        copies = sorted(cache_path.parent.glob(f"{cache_path.name}.stale-*"))
+        for old in copies[:-keep]:
+            for path in (old, side.with_name(f"{side.name}.stale-{old.name.split('.stale-', 1)[1]}")):
+                try:
+                    os.unlink(path)  # unlink removes a link itself
+                except OSError:
+                    pass
     log.info("autotune_keep.set_aside", cache=str(cache_path), moved_to=str(target), reason=reason)
     return target
+
+
+def set_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
+    """Move ``cache_path`` (and its sidecar) to ``<name>.stale-<UTC time>.<ns>-<pid>``; keep the
+    latest ``keep`` stale copies of this cache (by set-aside time), remove older ones. Under the
+    cache's lock. Returns the new path, or None when there is no cache (another engine moved it
+    first: ENOENT is not an error) or it cannot be moved (read-only directory: reported with
+    ``autotune_keep.read_only``, the cache stays in place). Never raises OSError."""
+    cache_path = Path(cache_path)
+    with cache_lock(cache_path, log):
+        return _move_aside(cache_path, keep, reason, log)
+
+
+def _clean_temps(cache_path: Path) -> None:
+    clean_stale_temps(cache_path.parent, sidecar_path(cache_path).name, patterns=ENGINE_TEMPS)
+
+
+def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> str:
+    """The patched ``_autotune_cache_digest``: decide, under the cache's lock, whether this rank
+    keeps its cache. A cache of another launch is set aside and "" returned (nothing to load);
+    one of this launch gives a digest of the load decision only (sglang#40420), equal on every
+    rank of the launch. A stale cache that cannot be moved (read-only directory) gets the stock
+    digest (``stock(cache_path, env)``): the engine's own gate decides, as without the feature.
+    Leftover temporaries of crashed writes beside the cache are removed first. Never raises
+    OSError (a cache vanishing under a concurrent engine counts as no cache)."""
+    cache_path = Path(cache_path)
+    with cache_lock(cache_path, log):
+        _clean_temps(cache_path)
+        try:
+            configs = json.loads(cache_path.read_text())
+        except FileNotFoundError:
+            return ""
+        except IsADirectoryError:
+            return ""
+        except (OSError, ValueError):
+            configs = None
+        reason = _stale_reason(cache_path, configs, fingerprint)
+        if reason:
+            # a different launch re-tunes: an empty digest alone would still let the stock
+            # code load the old file when every rank reports "" (they agree)
+            moved = _move_aside(cache_path, keep, reason, log)
+            if moved is None and os.path.lexists(cache_path):
+                return stock(cache_path, env)
+            return ""
+    stamp = configs.get("_metadata")
+    # the fingerprint itself differs between ranks (node rank, per-node env); only "same
+    # launch as when this rank saved" enters the cross-rank digest (sglang#40420)
+    payload = {"loadable": True, "stamp": stamp if isinstance(stamp, dict) else None, "env": env}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def after_tuning(cache_path: Path, fingerprint, log) -> bool:
+    """Write the sidecar of the cache this launch saved, under the cache's lock. Returns True when
+    written. A read-only directory (``autotune_keep.read_only``), a symlinked sidecar
+    (``autotune_keep.sidecar_refused``, never written through) or another write error
+    (``autotune_keep.sidecar_failed``) is reported, never raised."""
+    cache_path = Path(cache_path)
+    side = sidecar_path(cache_path)
+    with cache_lock(cache_path, log):
+        if not cache_path.is_file():
+            return False
+        try:
+            write_sidecar(side, fingerprint)
+            return True
+        except SymlinkRefused as exc:
+            log.warning("autotune_keep.sidecar_refused", cache=str(cache_path), sidecar=str(side),
+                        error=f"{exc.strerror}", action="not written through the link; the next "
+                                                        "boot re-tunes this cache")
+        except OSError as exc:
+            event = "autotune_keep.read_only" if exc.errno in READ_ONLY else "autotune_keep.sidecar_failed"
+            log.warning(event, cache=str(cache_path), sidecar=str(side), error=f"{exc.strerror or exc}",
+                        action="sidecar not written")
+    return False
 
 
 def install(module, ctx):
@@ -70,24 +224,7 @@ def install(module, ctx):
 
     def make_digest(original):
         def _autotune_cache_digest(cache_path, env):
-            cache_path = Path(cache_path)
-            if not cache_path.is_file():
-                return ""
-            try:
-                configs = json.loads(cache_path.read_text())
-            except (OSError, ValueError):
-                configs = None
-            reason = _stale_reason(cache_path, configs, fingerprint)
-            if reason:
-                # a different launch re-tunes: an empty digest alone would still let the stock
-                # code load the old file when every rank reports "" (they agree)
-                set_aside(cache_path, keep, reason, log)
-                return ""
-            stamp = configs.get("_metadata")
-            # the fingerprint itself differs between ranks (node rank, per-node env); only "same
-            # launch as when this rank saved" enters the cross-rank digest (sglang#40420)
-            payload = {"loadable": True, "stamp": stamp if isinstance(stamp, dict) else None, "env": env}
-            return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+            return boot_digest(Path(cache_path), env, fingerprint, keep, log, original)
 
         return _autotune_cache_digest
 
@@ -114,11 +251,7 @@ def install(module, ctx):
                 # after the gate and the load: was a cache of this launch really there?
                 reused = cache_path.is_file() and _stale_reason(cache_path, {}, fingerprint) is None
                 yield
-            try:
-                if cache_path.is_file():
-                    write_sidecar(sidecar_path(cache_path), fingerprint)
-            except OSError as exc:
-                log.warning("autotune_keep.sidecar_failed", cache=str(cache_path), error=str(exc))
+            after_tuning(cache_path, fingerprint, log)
             log.info("autotune_keep.reused" if reused else "autotune_keep.tuned", cache=str(cache_path))
 
         return flashinfer_autotune_context

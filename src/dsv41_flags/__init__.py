@@ -1,7 +1,9 @@
 """dsv41_flags: runtime-configurable feature flags for patches applied to a running SGLang engine.
 
 Public API: ``Feature``, ``Option``, ``activate``, ``runtime``, ``Runtime``, ``FeatureState``,
-``InstallContext``, the error classes, and the fingerprint/sidecar helpers. Every other module is
+``InstallContext``, the error classes, and the fingerprint/sidecar helpers (``read_sidecar``,
+``write_sidecar``, ``sidecar_path``, ``sidecar_matches``, ``payload_diff``, ``clean_stale_temps``,
+``SymlinkRefused``) that features keeping caches use. Every other module is
 an implementation detail.
 """
 from __future__ import annotations
@@ -11,14 +13,17 @@ from typing import Sequence
 
 from ._declare import Feature, Option
 from ._errors import DeclarationError, DriftError, FlagsError, Problem, SettingsError
-from ._fingerprint import Fingerprint, read_sidecar, sidecar_path, write_sidecar
+from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_temps, read_sidecar,
+                           sidecar_path, write_sidecar)
+from ._fingerprint import diff as payload_diff, matches as sidecar_matches
 from ._patch import InstallContext
 from ._runtime import FeatureState, Runtime, build
 from ._settings import SNAPSHOT_VAR
 
 __all__ = ["Feature", "Option", "activate", "runtime", "Runtime", "FeatureState", "InstallContext",
            "FlagsError", "DeclarationError", "SettingsError", "DriftError", "Problem",
-           "Fingerprint", "read_sidecar", "write_sidecar", "sidecar_path"]
+           "Fingerprint", "Sidecar", "read_sidecar", "write_sidecar", "sidecar_path", "sidecar_matches",
+           "payload_diff", "clean_stale_temps", "SymlinkRefused"]
 
 _RUNTIME: Runtime | None = None  # the one per-process runtime
 

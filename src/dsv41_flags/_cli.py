@@ -16,7 +16,7 @@ from rich.console import Console
 
 from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
-from ._fingerprint import compute, diff as payload_diff, read_sidecar, write_sidecar
+from ._fingerprint import compute, diff as payload_diff, prefix_sources, read_sidecar, write_sidecar
 from ._runtime import resolve_launch
 from ._settings import _jsonable
 from ._static import check_feature
@@ -66,15 +66,23 @@ def _value(resolution, key):
 
 @app.command()
 def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
-           as_json: bool = JsonOpt) -> None:
+           as_json: bool = JsonOpt,
+           argv: Optional[List[str]] = typer.Argument(None, help="launch command line (after --) "
+                                                      "the fingerprint is computed for")) -> None:
     """Profile, settings files loaded, each feature (flag value + source, state, target, version
     range, whether its target and required names exist in the installed engine), fingerprint.
 
+    The fingerprint is that of the launch command given after ``--`` (an empty one when none is
+    given: it says so, and ``dsv41-flags fingerprint -- CMD`` gives a real launch's).
     Reads the engine's source, imports nothing of it: state is what a boot would reach before
     importing targets (off / armed / drifted / fixed-upstream). Exit 1 on settings errors, or
     when an armed feature drifted in strict mode (a boot would stop)."""
     features, resolution, fdir = _load(settings, profile, as_json)
-    fp = compute(resolution, features, [], os.environ)
+    launch = list(argv or [])
+    fp = compute(resolution, features, launch, os.environ)
+    fp_for = (f"for the launch command {' '.join(launch)}" if launch else
+              "for an empty launch command (the real launch's: dsv41-flags fingerprint -- CMD, "
+              "or dsv41-flags status -- CMD)")
     rows = []
     for f in features:
         r = resolution.values[f.flag]
@@ -86,13 +94,14 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
                      "target_found": source is not None, "missing": missing,
                      "detail": fixed or "", "options": resolution.options_of(f)})
     data = {"profile": resolution.profile, "settings_files": list(resolution.files),
-            "features_dir": str(fdir), "fingerprint": fp.digest, "features": rows,
+            "features_dir": str(fdir), "fingerprint": fp.digest,
+            "fingerprint_for": {"argv": launch, "label": fp_for}, "features": rows,
             "warnings": [p.message for p in resolution.warnings], "notes": list(resolution.notes)}
     drifted = resolution.strict and any(r["state"] == "drifted" for r in rows)
     if as_json:
         _emit_json(data)
         raise typer.Exit(1 if drifted else 0)
-    out.print(f"profile {data['profile']}  fingerprint {fp.digest[:16]}…")
+    out.print(f"profile {data['profile']}  fingerprint {fp.digest[:16]}… {fp_for}", highlight=False)
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
               highlight=False)
     for row in rows:
@@ -229,7 +238,9 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
     data: dict = {"fingerprint": fp.digest}
     if explain_:
         data["payload"] = fp.payload
+        data["included"] = fp.included
         data["excluded"] = fp.excluded
+        data["prefixes"] = prefix_sources(resolution)
     if diff is not None:
         side = read_sidecar(diff)
         if side.legacy:
@@ -253,13 +264,17 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
     else:
         out.print(fp.digest)
         if explain_:
+            for prefix, why in data["prefixes"].items():
+                out.print(f"  prefix   {prefix}  ({why})", highlight=False)
             for part in ("argv", "env", "settings"):
                 val = fp.payload[part]
                 items = val.items() if isinstance(val, dict) else [("argv", val)]
                 for k, v in items:
-                    out.print(f"  in   {part:8} {k} = {v!r}")
+                    why = fp.included.get(k, "")
+                    out.print(f"  in   {part:8} {k} = {v!r}" + (f"  ({why})" if why else ""),
+                              highlight=False)
             for k, why in sorted(fp.excluded.items()):
-                out.print(f"  out  {k}: {why}")
+                out.print(f"  out  {k}: {why}", highlight=False)
         if "diff" in data:
             d = data["diff"]
             if d.get("same"):

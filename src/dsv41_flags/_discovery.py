@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ._declare import RESERVED_KEYS, Feature
 from ._errors import DeclarationError
+from ._fingerprint import check_volatile_declarations
 
 ENTRY_POINT_GROUP = "dsv41_flags.features"
 PACKAGE = "dsv41_flags_features"
@@ -75,7 +76,8 @@ def discover(features_dir: Path | None, *,
     distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot).
 
     Returns features sorted by name. Raises DeclarationError naming the file (or entry point) on
-    a module that fails to import, declares nothing, or declares a duplicate name or key.
+    a module that fails to import, declares nothing, declares a duplicate name or key, or a
+    volatile name that matches no flag, option or engine variable prefix.
     """
     features: list[Feature] = []
     if features_dir is not None and features_dir.is_dir():
@@ -98,6 +100,7 @@ def discover(features_dir: Path | None, *,
                 object.__setattr__(feature, "entry_point", (name, value))
                 features.append(feature)
     check_unique(features)
+    check_volatile_declarations(features)  # against the whole set: one feature may name another's keys
     return tuple(sorted(features, key=lambda f: f.name))
 
 

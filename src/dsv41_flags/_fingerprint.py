@@ -4,27 +4,67 @@ Payload (canonical JSON, sorted keys, no whitespace):
   ``argv``: the command line as ``[program, *args]`` (see ``normalize_argv``: the same whether
   typed after ``dsv41-flags run --`` or read from ``sys.argv``) without volatile options
   (``--port 30000`` / ``--port=30000``);
-  ``env``: variables with a configured prefix that are neither volatile, nor reserved, nor the
-  variable of a flag or option (those enter by resolved value, below);
+  ``env``: variables under a prefix (the engine's, ``DSV41_``, the settings') that are neither
+  volatile, nor reserved, nor the variable of a flag or option (those enter by resolved value,
+  below), renamed as the engine reads them (legacy spellings, ``EngineFacts.canonical_env``);
   ``settings``: resolved value of every non-volatile flag and option, whatever its source.
-Volatile names come from settings (``fingerprint.volatile`` / ``volatile_argv``, profile
-sections add to ``[default]``) and from feature declarations (``volatile=``, ``Option(volatile=)``).
-Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context).
+Prefixes and volatile names add up from three places: the engine adapter's defaults
+(``_sglang.FINGERPRINT``), the settings (``fingerprint.prefixes`` / ``volatile`` /
+``volatile_argv``, profile sections add to ``[default]``) and the feature declarations
+(``volatile=``, ``Option(volatile=)``); ``Fingerprint.excluded`` / ``included`` say which one
+decided each key.
+Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context); issue 15.
 """
 from __future__ import annotations
 
+import difflib
+import errno
 import hashlib
 import json
 import os
-import tempfile
-from dataclasses import dataclass
+import fnmatch
+import secrets
+import stat
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ._declare import ENV_PREFIX, RESERVED_KEYS, Feature
+from ._errors import DeclarationError
 from ._settings import Resolution, _jsonable
 
 SIDECAR_SUFFIX = ".launch"
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What an engine contributes to every launch fingerprint, declared by its adapter
+    (``_sglang.FINGERPRINT``); an operator's ``[default.fingerprint]`` adds to it.
+
+    engine: name and version the facts were read from (``"sglang 0.5.23"``), shown by ``--explain``;
+    prefixes: variable prefix the engine reads -> why; volatile: variable or launch option
+    (``--port``) that never changes a tuned kernel -> why; canonical_env: ``environ -> (env,
+    notes)``, the variables renamed as the engine reads them (legacy spellings), with a note per
+    renamed or overridden name.
+    """
+
+    engine: str
+    prefixes: Mapping[str, str]
+    volatile: Mapping[str, str]
+    canonical_env: Callable[[Mapping[str, str]], tuple[dict[str, str], dict[str, str]]] = \
+        field(default=lambda environ: (dict(environ), {}))
+
+
+#: the framework's own variables always enter (by resolved value for flags and options)
+CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
+
+
+def engine_facts() -> EngineFacts:
+    """The engine adapter's fingerprint facts (the one place that knows the engine)."""
+    from ._sglang import FINGERPRINT
+
+    return FINGERPRINT
 
 
 @dataclass(frozen=True)
@@ -33,21 +73,25 @@ class Fingerprint:
 
     digest: 64 hex chars (sha256 of the canonical payload); payload: ``{"argv": [str],
     "env": {str: str}, "settings": {KEY: value}}``; excluded: name -> why it was left out
-    (who declared it volatile, or "reserved", or "enters by resolved value").
+    (engine default, settings file [section] or feature declaration that made it volatile,
+    "reserved", "enters by resolved value"); included: key of the payload -> why it is in
+    (the prefix and who declared it, the feature owning a flag or option).
     """
 
     digest: str
     payload: Mapping[str, Any]
     excluded: Mapping[str, str]
+    included: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (``digest``, ``payload``, ``excluded``) for the snapshot."""
-        return {"digest": self.digest, "payload": dict(self.payload), "excluded": dict(self.excluded)}
+        """JSON-ready dict (``digest``, ``payload``, ``excluded``, ``included``) for the snapshot."""
+        return {"digest": self.digest, "payload": dict(self.payload), "excluded": dict(self.excluded),
+                "included": dict(self.included)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Fingerprint":
         """Inverse of ``to_dict``. Raises KeyError when ``digest`` or ``payload`` is missing."""
-        return cls(d["digest"], d["payload"], d.get("excluded", {}))
+        return cls(d["digest"], d["payload"], d.get("excluded", {}), d.get("included", {}))
 
 
 def canonical(payload: Mapping[str, Any]) -> bytes:
@@ -56,17 +100,76 @@ def canonical(payload: Mapping[str, Any]) -> bytes:
                       ensure_ascii=True).encode()
 
 
-def volatile_names(resolution: Resolution, features: Sequence[Feature]) -> dict[str, str]:
-    """Every volatile name (variable or argv option) -> who declared it volatile."""
-    names = dict(resolution.volatile_sources)
+def volatile_names(resolution: Resolution, features: Sequence[Feature],
+                   facts: EngineFacts | None = None) -> dict[str, str]:
+    """Every volatile name (variable or argv option) -> who declared it volatile: the engine
+    adapter's defaults, the settings files ([section] of each), the features' declarations
+    (``volatile=``, ``Option(volatile=True)``). A name declared by several lists them all."""
+    facts = engine_facts() if facts is None else facts
+    names: dict[str, list[str]] = {}
+    for name, why in facts.volatile.items():
+        names.setdefault(name, []).append(f"engine default ({facts.engine}: {why})")
+    for name, origin in resolution.volatile_sources.items():
+        names.setdefault(name, []).append(origin)
     for feature in features:
         for name in feature.volatile:
-            names.setdefault(name, f"feature {feature.name}")
+            names.setdefault(name, []).append(f"feature {feature.name} (declared volatile=)")
         for option in feature.options:
             if option.volatile:
-                names.setdefault(ENV_PREFIX + feature.option_key(option), f"feature {feature.name} "
-                                 f"(option {option.name})")
-    return names
+                names.setdefault(ENV_PREFIX + feature.option_key(option), []).append(
+                    f"feature {feature.name} (option {option.name} declared volatile)")
+    return {name: "; ".join(dict.fromkeys(why)) for name, why in names.items()}
+
+
+def prefix_sources(resolution: Resolution, facts: EngineFacts | None = None) -> dict[str, str]:
+    """Every variable prefix that enters the fingerprint -> who declared it (engine default,
+    dsv41_flags itself, settings file [section])."""
+    facts = engine_facts() if facts is None else facts
+    out: dict[str, list[str]] = {}
+    for prefix, why in facts.prefixes.items():
+        out.setdefault(prefix, []).append(f"engine default ({facts.engine}: {why})")
+    for prefix, why in CORE_PREFIXES.items():
+        out.setdefault(prefix, []).append(why)
+    cfg = resolution.reserved.get("FINGERPRINT", {}) or {}
+    sources = cfg.get("prefix_sources", {}) or {}
+    for prefix in cfg.get("prefixes", ()):
+        out.setdefault(prefix, []).append(sources.get(prefix, "settings fingerprint.prefixes"))
+    return {p: "; ".join(dict.fromkeys(why)) for p, why in out.items()}
+
+
+def check_volatile_declarations(features: Sequence[Feature], facts: EngineFacts | None = None) -> None:
+    """Every name in a feature's ``volatile=`` must name something: a ``DSV41_`` flag or option
+    variable of the feature set (or a reserved name), a variable under a prefix the engine reads,
+    or a launch option (``--port``). Raises DeclarationError naming the feature, its file, the
+    name and the closest match (``DSV41_CAP_NEW_TOKEN``: did you mean ``DSV41_CAP_NEW_TOKENS``?).
+    Run at discovery, against the whole set: a feature may declare another feature's keys."""
+    facts = engine_facts() if facts is None else facts
+    known = {ENV_PREFIX + k for f in features for k in f.keys()} | {ENV_PREFIX + k for k in RESERVED_KEYS}
+    engine_prefixes = tuple(facts.prefixes)
+    for feature in features:
+        for name in feature.volatile:
+            if not isinstance(name, str) or not name.strip():
+                raise DeclarationError(f"feature {feature.name!r} ({feature.source}): volatile entry "
+                                       f"{name!r} is not a variable or option name")
+            if name.startswith("-"):
+                if name.startswith("--") and len(name) > 2:
+                    continue
+                reason = "a launch option must be spelled --name"
+            elif name.startswith(ENV_PREFIX):
+                if name in known:
+                    continue
+                reason = "matches no flag, option or reserved name of the feature set"
+            elif name.startswith(engine_prefixes):
+                continue
+            else:
+                reason = (f"is neither a {ENV_PREFIX} flag/option variable nor under a prefix the "
+                          f"engine reads ({', '.join(engine_prefixes)})")
+            candidates = sorted(known) + [p + "..." for p in engine_prefixes]
+            close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+            raise DeclarationError(
+                f"feature {feature.name!r} ({feature.source}): volatile name {name!r} {reason}"
+                + (f"; did you mean {close[0]}?" if close else "")
+                + " (a misspelt volatile name would leave the real one in the fingerprint)")
 
 
 def normalize_argv(argv: Sequence[str]) -> list[str]:
@@ -140,20 +243,34 @@ def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, vo
 
 
 def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[str],
-            environ: Mapping[str, str]) -> Fingerprint:
-    """Compute the launch fingerprint of this launch. Pure function of its inputs."""
-    cfg = resolution.reserved.get("FINGERPRINT", {})
-    prefixes = tuple(cfg.get("prefixes", ()))
-    volatile = volatile_names(resolution, features)
+            environ: Mapping[str, str], facts: EngineFacts | None = None) -> Fingerprint:
+    """Compute the launch fingerprint of this launch. Pure function of its inputs.
+
+    facts: the engine's contribution (default: the engine adapter's, ``_sglang.FINGERPRINT``):
+    its prefixes and volatile names are used in addition to the settings' and the features', and
+    its ``canonical_env`` renames legacy spellings before hashing."""
+    facts = engine_facts() if facts is None else facts
+    cfg = resolution.reserved.get("FINGERPRINT", {}) or {}
+    prefixes = prefix_sources(resolution, facts)
+    volatile = volatile_names(resolution, features, facts)
     volatile_argv = {n for n in volatile if n.startswith("-")} | set(cfg.get("volatile_argv", ()))
     excluded: dict[str, str] = {}
+    included: dict[str, str] = {"argv": "the launch command as [program, *args], volatile options "
+                                        "left out"}
     argv_part = _strip_argv(normalize_argv(argv), volatile_argv, excluded, volatile)
 
     setting_vars = {ENV_PREFIX + k for k in resolution.values}
     reserved_vars = {ENV_PREFIX + k for k in RESERVED_KEYS}
+    ordered = sorted(prefixes, key=len, reverse=True)  # the longest prefix explains a name
+    selected = {k: v for k, v in environ.items() if k.startswith(tuple(ordered))}
+    env, notes = facts.canonical_env(selected)
+    for name, note in notes.items():
+        if name not in env:
+            excluded[name] = note
     env_part = {}
-    for name in sorted(environ):
-        if not name.startswith(prefixes):
+    for name in sorted(env):
+        prefix = next((p for p in ordered if name.startswith(p)), None)
+        if prefix is None:
             continue
         if name in volatile:
             excluded[name] = volatile[name]
@@ -162,15 +279,20 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
         elif name in setting_vars:
             excluded[name] = "enters by resolved value (settings)"
         else:
-            env_part[name] = environ[name]
+            env_part[name] = env[name]
+            included[name] = f"prefix {prefix}: {prefixes[prefix]}" + (
+                f"; {notes[name]}" if name in notes else "")
     settings_part = {}
     for key, resolved in sorted(resolution.values.items()):
         if ENV_PREFIX + key in volatile:
             excluded.setdefault(key, volatile[ENV_PREFIX + key])
         else:
             settings_part[key] = resolved.value
+            what = f"option {resolved.option}" if resolved.option else "flag"
+            included[key] = (f"{what} of feature {resolved.feature} (not declared volatile), "
+                             f"resolved from {resolved.source}")
     payload = {"argv": argv_part, "env": env_part, "settings": _jsonable(settings_part)}
-    return Fingerprint(hashlib.sha256(canonical(payload)).hexdigest(), payload, excluded)
+    return Fingerprint(hashlib.sha256(canonical(payload)).hexdigest(), payload, excluded, included)
 
 
 # ------------------------------------------------------------------------------- sidecar
@@ -179,29 +301,117 @@ def sidecar_path(cache_path: os.PathLike | str) -> Path:
     return Path(cache_path).with_suffix(SIDECAR_SUFFIX)
 
 
+#: temporary files of ``write_sidecar``: ``.<name>.dsv41-<host>-<pid>-<random>.tmp``
+TEMP_TAG = ".dsv41-"
+#: a temporary file older than this is left over by a crashed write, whatever its pid
+TEMP_MAX_AGE_S = 3600.0
+
+
+class SymlinkRefused(OSError):
+    """A write or move would go through a symbolic link (``errno.ELOOP``): refused."""
+
+
+def _host() -> str:
+    return os.uname().nodename.replace("-", "_").replace(".", "_") or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def clean_stale_temps(directory: os.PathLike | str, name: str | None = None, *,
+                      patterns: Sequence[str] = (), max_age_s: float = TEMP_MAX_AGE_S,
+                      now: float | None = None) -> list[Path]:
+    """Remove temporary files left by crashed writes in ``directory``; returns those removed.
+
+    Own temporaries (``.<name>.dsv41-<host>-<pid>-<random>.tmp``, only those of ``name`` when
+    given) go when their pid is dead on this host, or when older than ``max_age_s`` (another host,
+    or a reused pid); files matching ``patterns`` (globs of other writers' temporaries, e.g.
+    FlashInfer's ``.autotuner_*.tmp``) go when older than ``max_age_s``. Symbolic links are
+    never followed (``lstat``; ``unlink`` removes a link itself). Never raises: a file that
+    vanished, or a directory where nothing can be removed, is skipped."""
+    directory = Path(directory)
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    host = _host()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        fname = entry.name
+        own = fname.startswith(".") and fname.endswith(".tmp") and TEMP_TAG in fname and \
+            (name is None or fname.startswith(f".{name}{TEMP_TAG}"))
+        other = any(fnmatch.fnmatch(fname, pat) for pat in patterns)
+        if not (own or other):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        old = now - st.st_mtime > max_age_s
+        dead = False
+        if own and not old:
+            parts = fname.rsplit(TEMP_TAG, 1)[1].split("-")
+            if len(parts) >= 3 and parts[0] == host and parts[1].isdigit():
+                pid = int(parts[1])
+                dead = pid != os.getpid() and not _pid_alive(pid)
+        if old or dead:
+            try:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+            except OSError:
+                pass
+    return removed
+
+
 def write_sidecar(path: os.PathLike | str, fingerprint: Fingerprint) -> Path:
-    """Write ``{"fingerprint", "payload"}`` JSON to ``path`` atomically (temporary file in the same
-    directory, fsync, rename): readers see the old file or the new one, never half of one.
-    Raises OSError when the directory is not writable (the temporary file is removed)."""
-    path = Path(path).resolve()  # through a symlink: write the file it points to
+    """Write ``{"fingerprint", "payload"}`` JSON to ``path`` atomically: a temporary file in the
+    same directory (``.<name>.dsv41-<host>-<pid>-<random>.tmp``), fsync, rename; readers see the
+    old file or the new one, never half of one. Temporaries of crashed writes are removed first
+    (``clean_stale_temps``).
+
+    Never through a symbolic link: ``path`` itself being a link raises ``SymlinkRefused``
+    (``errno.ELOOP``); the temporary is created with ``O_EXCL | O_NOFOLLOW``. The file is created
+    by the kernel with mode 0o666 minus the process umask (thread-safe: the umask is never
+    changed); replacing an existing regular file keeps that file's mode. Raises OSError when the
+    directory is not writable, read-only (``EROFS``) or full (``ENOSPC``); the temporary is
+    removed and the old file is left untouched."""
+    path = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise SymlinkRefused(errno.ELOOP, "is a symbolic link: refused, not written through", str(path))
+    clean_stale_temps(path.parent, path.name)
     data = json.dumps({"fingerprint": fingerprint.digest, "payload": _jsonable(fingerprint.payload)},
                       sort_keys=True, indent=1).encode()
+    tmp = path.with_name(f".{path.name}{TEMP_TAG}{_host()}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                 0o666)
     try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)  # mkstemp makes 0600: keep the old file's mode, else the umask's
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        try:
+            if st is not None and stat.S_ISREG(st.st_mode):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))  # our own new file: no race, no umask change
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)  # rename(2) replaces a link at ``path`` itself, never its target
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         raise
     return path
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +41,10 @@ RESERVED_TYPES: dict[str, tuple[str, Any, tuple[str, ...]]] = {
     "RANK_GUARD": ("choice", "raise", ("raise", "warn", "off")),
     "EXTERNAL": ("list", (), ()),
 }
-FINGERPRINT_DEFAULTS = {"prefixes": ("SGLANG_", "DSV41_", "SPARK_", "B12X_", "NCCL_"),
-                        "volatile": (), "volatile_argv": ("--port", "--host")}
+#: the operator's ``fingerprint`` table: what settings ADD to the engine adapter's defaults
+#: (``_sglang.FINGERPRINT``: prefixes the engine reads, variables and launch options it rewrites or
+#: that differ per node) and to ``DSV41_``; nothing by default
+FINGERPRINT_DEFAULTS = {"prefixes": (), "volatile": (), "volatile_argv": ()}
 
 
 @dataclass(frozen=True)
@@ -178,14 +181,94 @@ def _check_file(path: Path, how: str) -> list[Problem]:
         return problem(f"is not UTF-8 text: {exc.reason} at byte {exc.start}")
     except ValueError as exc:  # tomllib.TOMLDecodeError
         return problem(f"is not valid TOML: {exc}")
-    problems = []
+    problems = _dynaconf_specials(data, path)
     for key, value in data.items():
+        if _dynaconf_key(key):
+            continue  # reported by _dynaconf_specials
         if not isinstance(value, dict):
             problems += problem(f"sets {key!r} outside any section: put it under [default] or a "
                                 f"[profile] section")
         elif key.lower() in ("global", "dynaconf"):
             problems += problem(f"has a [{key}] section, which Dynaconf treats specially: use "
                                 f"[default] or a profile name")
+    return problems
+
+
+_DYNACONF_ACCEPTED = ("accepted: plain keys (flags, options, reserved names) with TOML values, "
+                      "nested tables as TOML tables; to load another file, name it in --settings "
+                      "or DSV41_SETTINGS so that it is listed as loaded")
+
+
+def _dynaconf_key(key: str) -> str:
+    """Why Dynaconf treats ``key`` specially (empty when it does not)."""
+    low = key.lower()
+    if low.startswith("dynaconf"):
+        return "a Dynaconf control key (it would include files, merge or change loading)"
+    if low.endswith("_for_dynaconf"):
+        return "a Dynaconf setting (it would change how settings are loaded)"
+    if "__" in key or "." in key:
+        return "split by Dynaconf into nested keys (write a TOML table instead)"
+    return ""
+
+
+def _dynaconf_token(value: str) -> str:
+    """The Dynaconf ``@`` token ``value`` starts with (``@format``, ``@merge``...), or ""."""
+    text = value.lstrip()
+    if not text.startswith("@"):
+        return ""
+    word = text.split(None, 1)[0].lower()
+    try:
+        from dynaconf.utils.parse_conf import converters
+    except ImportError:  # pragma: no cover - Dynaconf is a dependency
+        converters = {}
+    if word in converters or re.fullmatch(r"@[a-z_]+", word):
+        return word
+    return ""
+
+
+def _dynaconf_specials(data: Mapping[str, Any], path: Path) -> list[Problem]:
+    """Every Dynaconf special in one parsed settings file, in every section and at every depth:
+    control keys (``dynaconf_include``, ``dynaconf_merge``, ``dynaconf_merge_unique``,
+    ``*_for_dynaconf``...), keys Dynaconf splits (``a.b`` / ``a__b``), ``dynaconf_merge`` list
+    markers and ``@`` tokens (``@format``, ``@jinja``, ``@merge``, ``@del``...). dsv41_flags
+    refuses them all (none is applied, so no file or value changes the fingerprint without being
+    listed): one Problem each, naming the file [section], the key, its value and what is accepted.
+    """
+    problems: list[Problem] = []
+
+    def refuse(section: str, key: str, value: Any, what: str) -> None:
+        origin = f"{path} [{section}]" if section else str(path)
+        problems.append(Problem(key.upper(), origin,
+                                f"{origin}: {key} = {value!r} is {what}: refused; {_DYNACONF_ACCEPTED}"))
+
+    def walk(value: Any, section: str, where: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                at = f"{where}.{key}" if where else key
+                why = _dynaconf_key(key)
+                if why:
+                    refuse(section, at, item, why)
+                walk(item, section, at)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, str) and item.strip().lower().startswith("dynaconf_"):
+                    refuse(section, f"{where}[{i}]", item, "a Dynaconf list marker (it would merge "
+                                                           "this list with another file's)")
+                else:
+                    walk(item, section, f"{where}[{i}]")
+        elif isinstance(value, str):
+            token = _dynaconf_token(value)
+            if token:
+                refuse(section, where, value, f"a Dynaconf {token} token (it would be evaluated "
+                                              f"or merge values)")
+
+    for key, value in data.items():
+        why = _dynaconf_key(key)
+        if why:
+            refuse("", key, value, why + " outside any section")
+            continue
+        if isinstance(value, dict):
+            walk(value, key, "")
     return problems
 
 
@@ -398,15 +481,19 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
 
 def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
                           ) -> tuple[dict, dict[str, str]]:
-    """Typed ``fingerprint`` table and, per volatile name, the file [section] that declared it.
+    """Typed ``fingerprint`` table (``prefixes``, ``volatile``, ``volatile_argv`` and
+    ``prefix_sources``: prefix -> ``settings file <file> [section]``) and, per volatile name, the
+    file [section] that declared it. These add to the engine adapter's defaults (see
+    ``_fingerprint.compute``).
 
     Each of ``prefixes``, ``volatile``, ``volatile_argv`` must be a TOML list of non-empty strings
     (a bare string is refused: ``volatile = "SGLANG_RUN_ID"`` would silently volatilise nothing);
     profiles add to ``[default]``'s lists. Problems name the file [section] that set the value."""
     from dynaconf.utils.inspect import get_history
 
-    out = dict(FINGERPRINT_DEFAULTS)
+    out: dict[str, Any] = dict(FINGERPRINT_DEFAULTS)
     sources: dict[str, str] = {}
+    prefix_sources: dict[str, str] = {}
     try:
         history = [e for e in get_history(settings, key="FINGERPRINT") if e["loader"] == "toml"]
     except Exception:
@@ -432,13 +519,16 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
                 problems.append(Problem(f"FINGERPRINT.{name}", origin, f"{origin}: fingerprint.{name} = "
                                         f"{value!r} is not {accepted}"))
                 ok = False
-            elif name != "prefixes":
+            else:
                 for item in value:
-                    sources.setdefault(item, f"settings {origin}")
+                    (prefix_sources if name == "prefixes" else sources).setdefault(
+                        item, f"settings file {origin}")
     table = settings.get("FINGERPRINT", {}) if ok else {}
     for name in FINGERPRINT_DEFAULTS:
         if isinstance(table, dict) and name in table:
             out[name] = tuple(table[name])
+    out["prefix_sources"] = {p: prefix_sources.get(p, "settings fingerprint.prefixes")
+                             for p in out["prefixes"]}
     return out, sources
 
 
