@@ -106,8 +106,42 @@ def test_fingerprint_explain_says_who_declared_volatile(cli):
             env={"SGLANG_RUN_ID": "x", "NCCL_DEBUG": "INFO"})
     data = json.loads(r.stdout)
     assert data["payload"]["argv"] == ["serve"] and data["payload"]["env"] == {"NCCL_DEBUG": "INFO"}
-    assert data["excluded"]["SGLANG_RUN_ID"].startswith(f"settings {REPO_SETTINGS} [default]")
-    assert data["excluded"]["FOLDED_FENCE"] == "feature folded_fence"
+    assert data["excluded"]["SGLANG_RUN_ID"].startswith("engine default (sglang 0.5.23: rewritten")
+    assert data["excluded"]["FOLDED_FENCE"] == "feature folded_fence (declared volatile=)"
+    assert data["excluded"]["--port"].startswith("engine default")
+    assert data["included"]["NCCL_DEBUG"].startswith("prefix NCCL_: engine default")
+    assert data["prefixes"]["SPARK_"] == f"settings file {REPO_SETTINGS} [default]"
+    assert data["prefixes"]["DSV41_"].startswith("dsv41_flags")
+
+
+def test_fingerprint_explain_names_settings_file_section(cli, tmp_path):
+    """Input 1 (explain): a volatile name from a settings file says its file [section]."""
+    s = tmp_path / "s.toml"
+    s.write_text('[default]\nfolded_fence = false\n[default.fingerprint]\nvolatile = ["SGLANG_X"]\n'
+                 'volatile_argv = ["--seed"]\n')
+    r = cli("fingerprint", "--explain", "--json", "-s", str(s), "--", "serve", "--seed", "3",
+            env={"SGLANG_X": "1", "SGLANG_Y": "2"})
+    data = json.loads(r.stdout)
+    assert data["excluded"]["SGLANG_X"] == f"settings file {s} [default]"
+    assert data["excluded"]["--seed"] == f"settings file {s} [default]"
+    assert data["payload"]["env"] == {"SGLANG_Y": "2"}
+    text = cli("fingerprint", "--explain", "-s", str(s), env={"SGLANG_X": "1"}).stdout
+    assert f"out  SGLANG_X: settings file {s} [default]" in text
+
+
+def test_status_labels_its_fingerprint(cli):
+    """Input 10: status says which launch command its fingerprint is for, and how to get the
+    real launch's; --json has the same in ``fingerprint_for``."""
+    r = cli("status", "-s", str(REPO_SETTINGS))
+    assert "for an empty launch command" in r.stdout and "dsv41-flags fingerprint -- CMD" in r.stdout
+    data = json.loads(cli("status", "--json", "-s", str(REPO_SETTINGS)).stdout)
+    assert data["fingerprint_for"]["argv"] == []
+    assert "empty launch command" in data["fingerprint_for"]["label"]
+    argv = ["python", "-m", "sglang.launch_server", "--tp", "4"]
+    data = json.loads(cli("status", "--json", "-s", str(REPO_SETTINGS), "--", *argv).stdout)
+    assert data["fingerprint_for"]["argv"] == argv
+    fp = json.loads(cli("fingerprint", "--json", "-s", str(REPO_SETTINGS), "--", *argv).stdout)
+    assert data["fingerprint"] == fp["fingerprint"]
 
 
 def test_diff_profiles(cli, tmp_path):

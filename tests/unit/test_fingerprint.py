@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 
 from dsv41_flags import SettingsError, read_sidecar, write_sidecar
 from dsv41_flags._fingerprint import diff, matches, volatile_names
+from dsv41_flags._sglang import FINGERPRINT as ENGINE
 
 SETTINGS = """
 [default]
@@ -32,8 +33,10 @@ def fp_of(make_runtime, env=None, argv=(), settings=SETTINGS, profile=None):
 def test_volatile_names_owned_by_features_and_settings(make_runtime):
     rt = make_runtime(SETTINGS, profile="tp4")
     names = volatile_names(rt.resolution, list(rt.features.values()))
-    assert names["DSV41_FOLDED_FENCE"] == "feature folded_fence"
-    assert names["DSV41_AUTOTUNE_KEEP"] == "feature autotune_keep"
+    assert names["DSV41_FOLDED_FENCE"] == "feature folded_fence (declared volatile=)"
+    assert names["DSV41_AUTOTUNE_KEEP"] == "feature autotune_keep (declared volatile=)"
+    # declared by the engine adapter and (again) by this file: both are named
+    assert names["SGLANG_RUN_ID"].startswith("engine default (sglang 0.5.23")
     assert names["SGLANG_RUN_ID"].endswith("settings.toml [default]")
     assert names["DSV41_ROUTE_STATS"].endswith("settings.toml [tp4]")
 
@@ -105,7 +108,7 @@ def test_non_volatile_change_always_changes_it(make_runtime, env, key, a, b):
         return
     env = {f"SGLANG_{k}": v for k, v in env.items()}
     name = f"SGLANG_{key}"
-    if name == "SGLANG_RUN_ID":
+    if name in ENGINE.volatile:  # SGLANG_RUN_ID, SGLANG_PORT...: volatile by the engine's default
         return
     assert fp_of(make_runtime, {**env, name: a}).digest != fp_of(make_runtime, {**env, name: b}).digest
 
@@ -159,3 +162,180 @@ def test_unreadable_sidecar_is_a_mismatch(make_runtime, tmp_path):
     side = read_sidecar(tmp_path / "x.launch")
     assert side.error and not matches(side, fp)
     assert read_sidecar(tmp_path / "missing.launch").error
+
+
+# ------------------------------------------------------------------ issue 15: engine facts
+MINIMAL = "[default]\nfolded_fence = false\n"   # an operator's own file: no fingerprint table
+LAUNCH = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "16"]
+
+
+def test_minimal_settings_fresh_run_id_same_fingerprint(make_runtime):
+    """Input 1: sglang writes a fresh SGLANG_RUN_ID on every launch; with an operator's own
+    settings.toml (no fingerprint table) two launches of the same command agree."""
+    a = fp_of(make_runtime, {"SGLANG_RUN_ID": "sglang-run-1.5-7", "SGLANG_X": "1"}, LAUNCH, MINIMAL)
+    b = fp_of(make_runtime, {"SGLANG_RUN_ID": "sglang-run-2.5-9", "SGLANG_X": "1"}, LAUNCH, MINIMAL)
+    assert a.digest == b.digest
+    assert a.excluded["SGLANG_RUN_ID"].startswith("engine default (sglang 0.5.23: rewritten")
+    # the engine's prefixes enter without being listed in the file
+    assert a.payload["env"] == {"SGLANG_X": "1"}
+    assert fp_of(make_runtime, {"SGLANG_X": "2"}, LAUNCH, MINIMAL).digest != a.digest
+
+
+@pytest.mark.parametrize("name", sorted(n for n in ENGINE.volatile if not n.startswith("-")))
+def test_every_engine_volatile_variable_leaves_the_fingerprint(make_runtime, name):
+    """Input 1, the kind: every variable the engine rewrites per launch or per node."""
+    assert fp_of(make_runtime, {name: "1"}, LAUNCH, MINIMAL).digest == \
+        fp_of(make_runtime, {name: "2"}, LAUNCH, MINIMAL).digest
+
+
+def test_operator_settings_add_to_engine_defaults(make_runtime):
+    """An operator's table adds prefixes and volatile names; the engine's stay."""
+    text = MINIMAL + '[default.fingerprint]\nprefixes = ["SPARK_"]\nvolatile = ["SPARK_TRACE"]\n'
+    base = fp_of(make_runtime, {"SPARK_X": "1", "SGLANG_X": "1", "SGLANG_RUN_ID": "1"}, LAUNCH, text)
+    assert base.payload["env"] == {"SPARK_X": "1", "SGLANG_X": "1"}
+    same = fp_of(make_runtime, {"SPARK_X": "1", "SGLANG_X": "1", "SGLANG_RUN_ID": "2",
+                                "SPARK_TRACE": "on"}, LAUNCH, text)
+    assert same.digest == base.digest
+    assert same.excluded["SPARK_TRACE"].startswith("settings file ")
+    assert base.included["SPARK_X"].startswith("prefix SPARK_: settings file ")
+    assert base.included["SGLANG_X"].startswith("prefix SGLANG_: engine default")
+
+
+def test_legacy_sgl_prefix_is_hashed_as_the_engine_reads_it(make_runtime):
+    """Input 2: sglang copies SGL_<X> to SGLANG_<X> at import (environ.py
+    _handle_deprecated_envs), overwriting SGLANG_<X>: the legacy value wins."""
+    def fp(env):
+        return fp_of(make_runtime, env, LAUNCH, MINIMAL)
+
+    assert fp({"SGL_ENABLE_JIT_DEEPGEMM": "0"}).digest != fp({"SGL_ENABLE_JIT_DEEPGEMM": "1"}).digest
+    assert fp({"SGL_X": "1"}).digest == fp({"SGLANG_X": "1"}).digest
+    both = fp({"SGL_X": "1", "SGLANG_X": "0"})
+    assert both.digest == fp({"SGLANG_X": "1"}).digest
+    assert both.payload["env"] == {"SGLANG_X": "1"}
+    assert "overridden by SGL_X='1'" in both.included["SGLANG_X"]
+    assert "enters as SGLANG_X" in both.excluded["SGL_X"]
+    # a legacy spelling of a volatile variable is volatile too
+    assert fp({"SGL_RUN_ID": "1"}).digest == fp({"SGL_RUN_ID": "2"}).digest == fp({}).digest
+
+
+def test_field_alias_canonical_name_wins(make_runtime):
+    """Input 2, the kind: Env*WithAlias fields read their deprecated name only when the canonical
+    one is unset."""
+    old, new = "SGLANG_USE_TRITON_ROUTER_SUM", "SGLANG_USE_CUSTOM_ROUTER_SUM"
+    def fp(env):
+        return fp_of(make_runtime, env, LAUNCH, MINIMAL)
+
+    assert fp({old: "1"}).digest == fp({new: "1"}).digest
+    assert fp({old: "1", new: "0"}).digest == fp({new: "0"}).digest
+
+
+NODE = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "16", "--nnodes", "2"]
+
+
+def test_nodes_of_one_launch_agree(make_runtime):
+    """Input 11: --node-rank and the rendezvous address differ between the nodes (and restarts)
+    of one launch without changing a kernel."""
+    n0 = fp_of(make_runtime, {}, NODE + ["--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000"], MINIMAL)
+    n1 = fp_of(make_runtime, {}, NODE + ["--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000"], MINIMAL)
+    restart = fp_of(make_runtime, {}, NODE + ["--node-rank=1", "--nccl-init-addr=10.0.0.9:6000",
+                                              "--nccl-port", "29999", "--host", "0.0.0.0",
+                                              "--port", "30001"], MINIMAL)
+    assert n0.digest == n1.digest == restart.digest
+    assert n0.payload["argv"] == ["sglang.launch_server", "--model-path", "m", "--tp", "16", "--nnodes", "2"]
+    assert n0.excluded["--node-rank"].startswith("engine default")
+    # what the nodes agree on still counts
+    other = fp_of(make_runtime, {}, NODE[:-1] + ["4", "--node-rank", "0"], MINIMAL)
+    assert other.digest != n0.digest
+
+
+# ------------------------------------------------------------------ issue 15: Dynaconf specials
+SPECIALS = [
+    ('[default]\ndynaconf_include = ["extra.toml"]\n', "dynaconf_include", "[default]"),
+    ('dynaconf_include = ["extra.toml"]\n[default]\n', "dynaconf_include", ""),
+    ('[default]\n[tp4]\ndynaconf_merge = true\n', "dynaconf_merge", "[tp4]"),
+    ('[default.fingerprint]\ndynaconf_merge_unique = true\n', "fingerprint.dynaconf_merge_unique",
+     "[default]"),
+    ('[default.fingerprint]\nvolatile = ["dynaconf_merge", "X"]\n', "fingerprint.volatile[0]",
+     "[default]"),
+    ('[default]\nfolded_fence = "@bool true"\n', "folded_fence", "[default]"),
+    ('[default]\nfeatures_dir = "@format {env[HOME]}/f"\n', "features_dir", "[default]"),
+    ('[tp3]\nexternal = ["@jinja {{ this.X }}"]\n', "external[0]", "[tp3]"),
+    ('[default]\nexternal = "@merge A,B"\n', "external", "[default]"),
+    ('[default]\nautotune_keep_keep_old = "@del"\n', "autotune_keep_keep_old", "[default]"),
+    ('[default.fingerprint]\nvolatile = ["@insert 0 SGLANG_X"]\n', "fingerprint.volatile[0]",
+     "[default]"),
+    ('[default]\nsettings_files_for_dynaconf = ["x.toml"]\n', "settings_files_for_dynaconf",
+     "[default]"),
+    ('[default]\n"fingerprint.prefixes" = ["X_"]\n', "fingerprint.prefixes", "[default]"),
+    ('[default]\nfingerprint__prefixes = ["X_"]\n', "fingerprint__prefixes", "[default]"),
+    ('[tp4]\na = { b = { c = "@format x" } }\n', "a.b.c", "[tp4]"),
+]
+
+
+@pytest.mark.parametrize("text,key,section", SPECIALS)
+def test_dynaconf_specials_refused_everywhere(make_runtime, tmp_path, text, key, section):
+    """Input 3: every Dynaconf special (control keys, list markers, @ tokens, split keys), in
+    every section and at every depth, is refused with the file [section], key, value and what
+    is accepted: no file changes the fingerprint without being listed as loaded."""
+    (tmp_path / "extra.toml").write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(text)
+    msg = str(exc.value)
+    path = tmp_path / "settings.toml"
+    assert f"{path} {section}".strip() + ": " + key in msg, msg
+    assert "refused" in msg and "accepted:" in msg and "DSV41_SETTINGS" in msg
+
+
+def test_included_file_is_never_applied():
+    """Input 3 (the instance): the included file's prefixes cannot reach the fingerprint because
+    the including file is refused before Dynaconf loads it."""
+    from dsv41_flags._settings import find_settings_files
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        main = Path(d) / "settings.toml"
+        main.write_text('[default]\nfolded_fence = false\ndynaconf_include = ["extra.toml"]\n')
+        (Path(d) / "extra.toml").write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
+        with pytest.raises(SettingsError, match="dynaconf_include"):
+            find_settings_files([main])
+
+
+# ------------------------------------------------------------------ issue 15: volatile names
+def _feature_file(tmp_path, name, body):
+    feats = tmp_path / "feats"
+    feats.mkdir(exist_ok=True)
+    (feats / f"{name}.py").write_text("from dsv41_flags import Feature, Option\n" + body)
+    return feats
+
+
+def test_misspelt_volatile_name_is_a_declaration_error(make_runtime, tmp_path):
+    """Input 9: a volatile name that matches no flag, option or engine prefix."""
+    from dsv41_flags import DeclarationError
+    feats = _feature_file(tmp_path, "cap", "FEATURE = Feature(name='cap', target='json', "
+                          "install=lambda m, c: None, summary='s', engine='', "
+                          "options=(Option('new_tokens', 'int', 4),), volatile=('DSV41_CAP_NEW_TOKEN',))\n")
+    with pytest.raises(DeclarationError) as exc:
+        make_runtime("[default]\n", features_dir=feats)
+    msg = str(exc.value)
+    assert "'DSV41_CAP_NEW_TOKEN'" in msg and "did you mean DSV41_CAP_NEW_TOKENS?" in msg
+    assert "cap.py" in msg
+
+
+@pytest.mark.parametrize("name,ok", [("DSV41_OTHER", True), ("DSV41_OTHER_LIMIT", True),
+                                     ("SGLANG_ANYTHING", True), ("SGL_LEGACY", True),
+                                     ("NCCL_ALGO", True), ("--seed", True), ("DSV41_OTHR", False),
+                                     ("SGLANGX_RUN_ID", False), ("-p", False), ("", False)])
+def test_volatile_names_checked_against_the_whole_feature_set(make_runtime, tmp_path, name, ok):
+    """Input 9, the kind: another feature's keys are known (checked at discovery, against the
+    set); engine variables are known by prefix; launch options by their --spelling."""
+    from dsv41_flags import DeclarationError
+    feats = _feature_file(tmp_path, "other", "FEATURE = Feature(name='other', target='json', "
+                          "install=lambda m, c: None, summary='s', engine='', "
+                          "options=(Option('limit', 'int', 4),))\n")
+    _feature_file(tmp_path, "user", "FEATURE = Feature(name='user', target='json', "
+                  f"install=lambda m, c: None, summary='s', engine='', volatile=({name!r},))\n")
+    if ok:
+        make_runtime("[default]\n", features_dir=feats)
+    else:
+        with pytest.raises(DeclarationError, match="user.py.*volatile"):
+            make_runtime("[default]\n", features_dir=feats)
