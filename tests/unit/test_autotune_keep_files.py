@@ -24,3 +24,290 @@ def test_set_aside_keeps_distinct_bounded_copies(make_runtime, tmp_path):
     assert len(list(tmp_path.glob("rank_tp0_pp0_dp0.launch.stale-*"))) == 3
     assert [e["reason"] for e in logs if e["event"] == "autotune_keep.set_aside"] == \
         [f"reason {i}" for i in range(5)]
+
+
+# ----------------------------------------------------------------------------- issue 15
+import errno
+import json
+import multiprocessing
+import os
+import queue as queue_mod
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import dsv41_flags
+from dsv41_flags import SymlinkRefused, write_sidecar
+
+from ..conftest import FEATURES_DIR
+
+HERE = Path(__file__).resolve().parent
+
+
+class Log:
+    """Keeps events like structlog's capture (the feature calls log.info/warning(event, **kw))."""
+
+    def __init__(self):
+        self.events = []
+
+    def _add(self, event, **kw):
+        self.events.append(dict(kw, event=event))
+
+    info = warning = error = debug = _add
+
+    def names(self):
+        return [e["event"] for e in self.events]
+
+
+@pytest.fixture
+def feature(make_runtime):
+    rt = make_runtime(None, env={"DSV41_AUTOTUNE_KEEP": "1"})
+    mod = sys.modules["dsv41_flags_features.autotune_keep"]
+    return mod, rt.fingerprint
+
+
+def _cache(tmp_path, fingerprint=None, content='{"_metadata": {"gpu": "x"}, "k": 1}'):
+    cache = tmp_path / "rank_tp0_pp0_dp0.json"
+    cache.write_text(content)
+    if fingerprint is not None:
+        write_sidecar(dsv41_flags.sidecar_path(cache), fingerprint)
+    return cache
+
+
+def _other_fingerprint(fp):
+    return dsv41_flags.Fingerprint("0" * 64, {**fp.payload, "env": {"SGLANG_KNOB": "other"}}, {})
+
+
+def test_feature_uses_only_the_public_api():
+    """Shipped features import nothing private of dsv41_flags."""
+    text = (FEATURES_DIR / "autotune_keep.py").read_text()
+    assert "dsv41_flags._" not in text and "from dsv41_flags import" in text
+
+
+def test_race_engines_sharing_one_cache_directory(tmp_path):
+    """Input 4: four engines (processes) with differing launches boot against one cache path,
+    40 rounds each: no exception, and no cache lost outright (every saved entry is in the cache
+    or in a set-aside copy)."""
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    workers, rounds = 4, 40
+    procs = [ctx.Process(target=__import__("tests.unit._autotune_race", fromlist=["run"]).run,
+                         args=(w, rounds, str(tmp_path), str(FEATURES_DIR), q)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    reports, errors = {}, {}
+    deadline = time.monotonic() + 120
+    try:
+        while len(reports) + len(errors) < workers and time.monotonic() < deadline:
+            try:
+                w, kind, payload = q.get(timeout=1)
+            except queue_mod.Empty:
+                continue
+            (reports if kind == "done" else errors)[w] = payload
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert not errors, "\n".join(errors.values())
+    assert len(reports) == workers, "a worker hung or died"
+    saved = {e for r in reports.values() for e in r["saved"]}
+    assert len(saved) == workers * rounds
+    cache = tmp_path / "rank_tp0_pp0_dp0.json"
+    found = set()
+    for path in [cache, *tmp_path.glob("rank_tp0_pp0_dp0.json.stale-*")]:
+        found |= set(json.loads(path.read_text())) - {"_metadata"}
+    assert saved <= found, f"lost outright: {sorted(saved - found)[:10]}"
+    set_asides = sum(r["events"].count("autotune_keep.set_aside") for r in reports.values())
+    assert set_asides > 0  # the launches really differed
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_boot_digest_tolerates_a_cache_vanishing_under_it(feature, tmp_path, monkeypatch):
+    """Input 4, the kind: every step between deciding and moving may find the file gone."""
+    mod, fp = feature
+    cache = _cache(tmp_path, _other_fingerprint(fp))
+    real = os.replace
+
+    def gone(src, dst, *a, **k):  # another engine moved it an instant earlier
+        if Path(src) == cache:
+            real(src, str(cache) + ".elsewhere")
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(src))
+        return real(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "replace", gone)
+    log = Log()
+    assert mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: "stock") == ""
+    assert mod.set_aside(cache, 3, "x", log) is None
+    assert (tmp_path / (cache.name + ".elsewhere")).exists()
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES])
+def test_read_only_directory_stale_cache_reported_and_left(feature, tmp_path, monkeypatch, err):
+    """Input 5: a read-only directory (image-baked caches). Faults root cannot produce are
+    injected at the os call. A stale cache is reported (autotune_keep.read_only), stays in place,
+    and the stock digest decides as without the feature; nothing raises."""
+    mod, fp = feature
+    cache = _cache(tmp_path, _other_fingerprint(fp))
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    def ro(*a, **k):
+        raise OSError(err, os.strerror(err))
+
+    real_open = os.open
+
+    def ro_open(path, flags, *a, **k):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(err, os.strerror(err), str(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "replace", ro)
+    monkeypatch.setattr(os, "rename", ro)
+    monkeypatch.setattr(os, "unlink", ro)
+    monkeypatch.setattr(os, "open", ro_open)
+    log = Log()
+    assert mod.boot_digest(cache, {"e": 1}, fp, 3, log, lambda p, e: "stock-digest") == "stock-digest"
+    assert "autotune_keep.read_only" in log.names()
+    assert mod.after_tuning(cache, fp, log) is False          # the sidecar is not written there
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_read_only_directory_matching_cache_is_kept(feature, tmp_path, monkeypatch):
+    """Input 5: a matching pre-tuned cache in a read-only directory is used: a non-empty digest,
+    no write, no event."""
+    mod, fp = feature
+    cache = _cache(tmp_path, fp)
+
+    def ro(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda p, f, *a, **k: ro() if f & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+                        else real_open(p, f, *a, **k))
+    monkeypatch.setattr(os, "replace", ro)
+    log = Log()
+    digest = mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: "stock")
+    assert len(digest) == 64 and log.names() == []
+    assert cache.exists()
+
+
+def test_full_disk_sidecar_reported_not_raised(feature, tmp_path, monkeypatch):
+    """ENOSPC at the write: the old sidecar is untouched, no temporary left, an event."""
+    mod, fp = feature
+    cache = _cache(tmp_path, _other_fingerprint(fp))
+    side = dsv41_flags.sidecar_path(cache)
+    before = side.read_bytes()
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    log = Log()
+    assert mod.after_tuning(cache, fp, log) is False
+    assert log.names() == ["autotune_keep.sidecar_failed"]
+    assert side.read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path):
+    """Input 6: the link's target is never replaced."""
+    mod, fp = feature
+    cache = _cache(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    side = dsv41_flags.sidecar_path(cache)
+    side.symlink_to(victim)
+    with pytest.raises(SymlinkRefused) as exc:
+        write_sidecar(side, fp)
+    assert exc.value.errno == errno.ELOOP
+    log = Log()
+    assert mod.after_tuning(cache, fp, log) is False
+    assert log.names() == ["autotune_keep.sidecar_refused"]
+    assert victim.read_text() == "precious" and side.is_symlink()
+
+
+def test_symlinked_cache_is_moved_as_a_link(feature, tmp_path):
+    """Input 6, the kind: moving a stale cache that is a link moves the link, not its target."""
+    mod, fp = feature
+    real = tmp_path / "elsewhere.json"
+    real.write_text('{"k": 1}')
+    cache = tmp_path / "rank_tp0_pp0_dp0.json"
+    cache.symlink_to(real)
+    moved = mod.set_aside(cache, 3, "test", Log())
+    assert moved.is_symlink() and real.read_text() == '{"k": 1}' and not os.path.lexists(cache)
+
+
+def test_sidecar_created_with_the_kernel_mode_never_touching_umask(feature, tmp_path, monkeypatch):
+    """Input 7: no umask(0)/umask(old) window: os.umask is never called, and files created by
+    other threads meanwhile keep the umask's mode."""
+    mod, fp = feature
+    old = os.umask(0o022)
+    try:
+        monkeypatch.setattr(os, "umask", lambda *a: (_ for _ in ()).throw(AssertionError("umask called")))
+        stop = threading.Event()
+        made = []
+
+        def other_thread():
+            i = 0
+            while not stop.is_set():
+                p = tmp_path / f"other{i}"
+                p.touch()
+                made.append(p)
+                i += 1
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        try:
+            for i in range(200):
+                write_sidecar(tmp_path / f"s{i}.launch", fp)
+        finally:
+            stop.set()
+            t.join()
+        modes = {oct(p.stat().st_mode & 0o777) for p in made} | \
+            {oct((tmp_path / f"s{i}.launch").stat().st_mode & 0o777) for i in range(200)}
+        assert modes == {oct(0o644)}
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+
+
+def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path):
+    """Input 8: temporaries of crashed writes (a dead pid, or older than a launch) are removed at
+    boot; a live writer's fresh one is kept."""
+    mod, fp = feature
+    cache = _cache(tmp_path, fp)
+    from dsv41_flags._fingerprint import _host
+    host = _host()
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    side = dsv41_flags.sidecar_path(cache).name
+    dead = tmp_path / f".{side}.dsv41-{host}-{proc.pid}-dead.tmp"
+    live = tmp_path / f".{side}.dsv41-{host}-{os.getppid()}-live.tmp"
+    other_host_old = tmp_path / f".{side}.dsv41-otherhost-1-old.tmp"
+    engine_old = tmp_path / ".autotuner_abc123.tmp"
+    engine_fresh = tmp_path / ".autotuner_def456.tmp"
+    for p in (dead, live, other_host_old, engine_old, engine_fresh):
+        p.write_text("half")
+    day_ago = time.time() - 86400
+    for p in (other_host_old, engine_old):
+        os.utime(p, (day_ago, day_ago))
+    mod.boot_digest(cache, {}, fp, 3, Log(), lambda p, e: "stock")
+    left = {p.name for p in tmp_path.iterdir()}
+    assert dead.name not in left and other_host_old.name not in left and engine_old.name not in left
+    assert live.name in left and engine_fresh.name in left
+
+
+def test_crashed_sidecar_write_leaves_nothing(feature, tmp_path, monkeypatch):
+    """Input 8: a write that fails leaves no temporary (and a killed one is cleaned next boot)."""
+    mod, fp = feature
+
+    def crash(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError):
+        write_sidecar(tmp_path / "x.launch", fp)
+    assert list(tmp_path.iterdir()) == []
