@@ -26,7 +26,8 @@ def _digest(path: Path) -> str | None:
 def _listing(directory: Path, stem: str) -> list[str]:
     """This rank's files in the cache directory the ranks share (the peer's change concurrently):
     its cache, sidecar, moved-aside copies and any leftover temporary (``.<name>.keep-*``)."""
-    return sorted(p.name for p in directory.iterdir() if p.name.lstrip(".").startswith(stem + "."))
+    return sorted(p.name for p in directory.iterdir() if p.name.lstrip(".").startswith(stem + ".")
+                  and not p.name.endswith(".lock"))  # the advisory lock file beside the cache
 
 
 def run_rank(rank: int, world_size: int, init_file: str, workdir: str, repo: str, queue) -> None:
@@ -177,4 +178,46 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     e["listing"] = _listing(cache_dir, cache_path.stem)
     rt3.uninstall()
     d["restored"] = all(getattr(mod, n) is f for n, f in stock.items())
+
+    # f) a read-only cache directory (an image's pre-tuned caches) holding caches of another
+    #    launch: root cannot make a directory read-only, so EROFS is injected at the os calls.
+    #    The gate must not raise (the stock one would, unlinking); the caches stay in place,
+    #    reported, and nothing is written there.
+    import errno
+    import os
+
+    from structlog.testing import capture_logs
+
+    f = out["f"] = {}
+    f["digest"] = tune()
+    dsv41_flags.write_sidecar(sidecar, rt3.fingerprint)
+    rt4 = runtime({"SGLANG_SOME_KNOB": "2"})
+    before = _listing(cache_dir, cache_path.stem)
+    real = {n: getattr(os, n) for n in ("replace", "rename", "unlink", "open")}
+
+    def ro(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    def ro_open(path, flags, *a, **k):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real["open"](path, flags, *a, **k)
+
+    try:
+        os.replace = os.rename = os.unlink = ro
+        os.open = ro_open
+        with capture_logs() as logs:
+            try:
+                gate()
+                f["raised"] = None
+            except Exception as exc:  # noqa: BLE001 - reported
+                f["raised"] = repr(exc)
+    finally:
+        for n, fn in real.items():
+            setattr(os, n, fn)
+    f["events"] = [e["event"] for e in logs]
+    f["digest_after"] = _digest(cache_path)
+    f["listing_before"] = before
+    f["listing_after"] = _listing(cache_dir, cache_path.stem)
+    rt4.uninstall()
     return out

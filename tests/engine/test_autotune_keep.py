@@ -10,7 +10,9 @@ a) stock (feature not installed): the gate deletes both caches (sglang#40320);
 b) feature armed, caches and sidecars of this launch: both caches survive unchanged;
 c) a non-volatile launch change (``SGLANG_SOME_KNOB=1``): the caches are re-tuned - no longer at
    the cache path - and moved aside as ``<cache>.stale-*`` with their content (nothing deleted);
-d) a volatile-only change (``SGLANG_RUN_ID``, ``--port``): the caches are kept.
+d) a volatile-only change (``SGLANG_RUN_ID``, ``--port``): the caches are kept;
+e) ranks that disagree set their caches aside (never delete);
+f) a read-only directory (EROFS injected at the os calls): the gate never raises, the caches stay.
 
 The ranks only report (see _autotune_rank.py); every assertion is made here.
 """
@@ -161,3 +163,13 @@ def test_e_disagreeing_ranks_set_caches_aside_never_delete(ranks):
         assert d["digest"] in e["stale"].values(), f"rank {r}: the cache was deleted: {e['listing']}"
         assert len(e["stale"]) == 2, f"rank {r}: {e['listing']}"   # scenario c's copy and this one
         assert not [n for n in e["listing"] if ".keep-" in n or n.endswith(".tmp")], e["listing"]
+
+
+def test_f_read_only_directory_never_crashes_the_gate(ranks):
+    """Issue 15 input 5 on the real gate: caches of another launch in a read-only directory
+    (EROFS injected at the os calls) are reported and left in place; the gate does not raise."""
+    for r, f in enumerate(both(ranks, "f")):
+        assert f["raised"] is None, f"rank {r}: {f['raised']}"
+        assert "autotune_keep.read_only" in f["events"], f"rank {r}: {f['events']}"
+        assert f["digest_after"] == f["digest"], f"rank {r}: cache changed or gone"
+        assert f["listing_after"] == f["listing_before"], f"rank {r}: something was written"

@@ -252,7 +252,7 @@ def test_sidecar_created_with_the_kernel_mode_never_touching_umask(feature, tmp_
 
         def other_thread():
             i = 0
-            while not stop.is_set():
+            while not stop.is_set() and i < 400:
                 p = tmp_path / f"other{i}"
                 p.touch()
                 made.append(p)
@@ -261,13 +261,13 @@ def test_sidecar_created_with_the_kernel_mode_never_touching_umask(feature, tmp_
         t = threading.Thread(target=other_thread)
         t.start()
         try:
-            for i in range(200):
+            for i in range(100):
                 write_sidecar(tmp_path / f"s{i}.launch", fp)
         finally:
             stop.set()
             t.join()
         modes = {oct(p.stat().st_mode & 0o777) for p in made} | \
-            {oct((tmp_path / f"s{i}.launch").stat().st_mode & 0o777) for i in range(200)}
+            {oct((tmp_path / f"s{i}.launch").stat().st_mode & 0o777) for i in range(100)}
         assert modes == {oct(0o644)}
     finally:
         monkeypatch.undo()
