@@ -84,9 +84,9 @@ class Fingerprint:
     included: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (``digest``, ``payload``, ``excluded``, ``included``) for the snapshot."""
-        return {"digest": self.digest, "payload": dict(self.payload), "excluded": dict(self.excluded),
-                "included": dict(self.included)}
+        """JSON-ready dict (``digest``, ``payload``, ``excluded``) for the snapshot; ``included``
+        (explanations only, one per key of the payload) stays out to keep the snapshot small."""
+        return {"digest": self.digest, "payload": dict(self.payload), "excluded": dict(self.excluded)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Fingerprint":
