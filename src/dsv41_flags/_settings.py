@@ -549,7 +549,13 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX):]
-            if "__" in key:
+            special = _dynaconf_key(key)
+            if special and "__" not in key:
+                # DSV41_DYNACONF_INCLUDE would make Dynaconf load a file never listed as loaded:
+                # an error whatever the strict mode
+                problems.append(Problem(name, f"env {name}", f"environment variable {name}="
+                                        f"{environ[name]!r} is {special}: refused; {_DYNACONF_ACCEPTED}"))
+            elif "__" in key:
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}: nested "
                                         f"settings cannot be set through variables (set "
                                         f"{key.split('__')[0].lower()}.{key.split('__', 1)[1].lower()} "

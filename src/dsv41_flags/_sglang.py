@@ -53,6 +53,12 @@ VOLATILE_ENV: dict[str, str] = {
     "SGLANG_TCP_STORE_PORT": "rendezvous port",
     "SGLANG_GRPC_PORT": "port of the gRPC server",
     "SGLANG_ZBAL_BOOTSTRAP_URL": "rendezvous address",
+    # NCCL names this node's network devices and host: they may differ between the nodes of one
+    # launch (NIC names, HCA lists) without changing a tuned kernel
+    "NCCL_SOCKET_IFNAME": "network interface of this node (NCCL)",
+    "NCCL_IB_HCA": "InfiniBand adapters of this node (NCCL)",
+    "NCCL_HOSTID": "host identity of this node (NCCL)",
+    "NCCL_DEBUG_FILE": "log file of this node (NCCL)",
 }
 
 #: launch option -> why it never changes a tuned kernel (aliases listed as their own entries)

@@ -300,6 +300,18 @@ def test_included_file_is_never_applied():
             find_settings_files([main])
 
 
+@pytest.mark.parametrize("strict", ["true", "false"])
+@pytest.mark.parametrize("var", ["DSV41_DYNACONF_INCLUDE", "DSV41_INCLUDES_FOR_DYNACONF",
+                                 "DSV41_DYNACONF_MERGE"])
+def test_dynaconf_specials_through_variables_refused(make_runtime, tmp_path, var, strict):
+    """Input 3 through the environment: DSV41_DYNACONF_INCLUDE would make Dynaconf load a file
+    that is not listed; an error even when strict mode is off."""
+    extra = tmp_path / "extra.toml"
+    extra.write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
+    with pytest.raises(SettingsError, match=f"{var}=.*refused"):
+        make_runtime(f"[default]\nstrict = {strict}\n", env={var: str(extra)})
+
+
 # ------------------------------------------------------------------ issue 15: volatile names
 def _feature_file(tmp_path, name, body):
     feats = tmp_path / "feats"
