@@ -1,9 +1,24 @@
-"""autotune_keep's file handling (no engine): moved aside, never deleted beyond keep_old."""
+"""autotune_keep's file handling (no engine): moved aside, never deleted beyond keep_old; safe on
+shared, read-only and hostile directories (issue 15)."""
+import errno
+import json
+import multiprocessing
+import os
+import queue as queue_mod
+import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
+import pytest
+import structlog
 from structlog.testing import capture_logs
 
-import structlog
+import dsv41_flags
+from dsv41_flags import SymlinkRefused, write_sidecar
+
+from ..conftest import FEATURES_DIR
 
 
 def test_set_aside_keeps_distinct_bounded_copies(make_runtime, tmp_path):
@@ -27,39 +42,26 @@ def test_set_aside_keeps_distinct_bounded_copies(make_runtime, tmp_path):
 
 
 # ----------------------------------------------------------------------------- issue 15
-import errno
-import json
-import multiprocessing
-import os
-import queue as queue_mod
-import subprocess
-import threading
-import time
-from pathlib import Path
-
-import pytest
-
-import dsv41_flags
-from dsv41_flags import SymlinkRefused, write_sidecar
-
-from ..conftest import FEATURES_DIR
-
 HERE = Path(__file__).resolve().parent
 
 
-class Log:
-    """Keeps events like structlog's capture (the feature calls log.info/warning(event, **kw))."""
+class Captured:
+    """A structlog logger whose events are captured (``structlog.testing.capture_logs``)."""
 
-    def __init__(self):
-        self.events = []
+    def __init__(self, logs):
+        self.logger, self.logs = structlog.get_logger("test"), logs
 
-    def _add(self, event, **kw):
-        self.events.append(dict(kw, event=event))
-
-    info = warning = error = debug = _add
+    def __getattr__(self, name):
+        return getattr(self.logger, name)
 
     def names(self):
-        return [e["event"] for e in self.events]
+        return [e["event"] for e in self.logs]
+
+
+@pytest.fixture
+def log():
+    with capture_logs() as logs:
+        yield Captured(logs)
 
 
 @pytest.fixture
@@ -126,7 +128,7 @@ def test_race_engines_sharing_one_cache_directory(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_boot_digest_tolerates_a_cache_vanishing_under_it(feature, tmp_path, monkeypatch):
+def test_boot_digest_tolerates_a_cache_vanishing_under_it(feature, tmp_path, monkeypatch, log):
     """Input 4, the kind: every step between deciding and moving may find the file gone."""
     mod, fp = feature
     cache = _cache(tmp_path, _other_fingerprint(fp))
@@ -139,14 +141,13 @@ def test_boot_digest_tolerates_a_cache_vanishing_under_it(feature, tmp_path, mon
         return real(src, dst, *a, **k)
 
     monkeypatch.setattr(os, "replace", gone)
-    log = Log()
     assert mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: "stock") == ""
     assert mod.set_aside(cache, 3, "x", log) is None
     assert (tmp_path / (cache.name + ".elsewhere")).exists()
 
 
 @pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES])
-def test_read_only_directory_stale_cache_reported_and_left(feature, tmp_path, monkeypatch, err):
+def test_read_only_directory_stale_cache_reported_and_left(feature, tmp_path, monkeypatch, err, log):
     """Input 5: a read-only directory (image-baked caches). Faults root cannot produce are
     injected at the os call. A stale cache is reported (autotune_keep.read_only), stays in place,
     and the stock digest decides as without the feature; nothing raises."""
@@ -168,14 +169,13 @@ def test_read_only_directory_stale_cache_reported_and_left(feature, tmp_path, mo
     monkeypatch.setattr(os, "rename", ro)
     monkeypatch.setattr(os, "unlink", ro)
     monkeypatch.setattr(os, "open", ro_open)
-    log = Log()
     assert mod.boot_digest(cache, {"e": 1}, fp, 3, log, lambda p, e: "stock-digest") == "stock-digest"
     assert "autotune_keep.read_only" in log.names()
     assert mod.after_tuning(cache, fp, log) is False          # the sidecar is not written there
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_read_only_directory_matching_cache_is_kept(feature, tmp_path, monkeypatch):
+def test_read_only_directory_matching_cache_is_kept(feature, tmp_path, monkeypatch, log):
     """Input 5: a matching pre-tuned cache in a read-only directory is used: a non-empty digest,
     no write, no event."""
     mod, fp = feature
@@ -188,13 +188,12 @@ def test_read_only_directory_matching_cache_is_kept(feature, tmp_path, monkeypat
     monkeypatch.setattr(os, "open", lambda p, f, *a, **k: ro() if f & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
                         else real_open(p, f, *a, **k))
     monkeypatch.setattr(os, "replace", ro)
-    log = Log()
     digest = mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: "stock")
     assert len(digest) == 64 and log.names() == []
     assert cache.exists()
 
 
-def test_full_disk_sidecar_reported_not_raised(feature, tmp_path, monkeypatch):
+def test_full_disk_sidecar_reported_not_raised(feature, tmp_path, monkeypatch, log):
     """ENOSPC at the write: the old sidecar is untouched, no temporary left, an event."""
     mod, fp = feature
     cache = _cache(tmp_path, _other_fingerprint(fp))
@@ -205,14 +204,13 @@ def test_full_disk_sidecar_reported_not_raised(feature, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full)
-    log = Log()
     assert mod.after_tuning(cache, fp, log) is False
     assert log.names() == ["autotune_keep.sidecar_failed"]
     assert side.read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path):
+def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path, log):
     """Input 6: the link's target is never replaced."""
     mod, fp = feature
     cache = _cache(tmp_path)
@@ -223,20 +221,19 @@ def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path):
     with pytest.raises(SymlinkRefused) as exc:
         write_sidecar(side, fp)
     assert exc.value.errno == errno.ELOOP
-    log = Log()
     assert mod.after_tuning(cache, fp, log) is False
     assert log.names() == ["autotune_keep.sidecar_refused"]
     assert victim.read_text() == "precious" and side.is_symlink()
 
 
-def test_symlinked_cache_is_moved_as_a_link(feature, tmp_path):
+def test_symlinked_cache_is_moved_as_a_link(feature, tmp_path, log):
     """Input 6, the kind: moving a stale cache that is a link moves the link, not its target."""
     mod, fp = feature
     real = tmp_path / "elsewhere.json"
     real.write_text('{"k": 1}')
     cache = tmp_path / "rank_tp0_pp0_dp0.json"
     cache.symlink_to(real)
-    moved = mod.set_aside(cache, 3, "test", Log())
+    moved = mod.set_aside(cache, 3, "test", log)
     assert moved.is_symlink() and real.read_text() == '{"k": 1}' and not os.path.lexists(cache)
 
 
@@ -274,7 +271,7 @@ def test_sidecar_created_with_the_kernel_mode_never_touching_umask(feature, tmp_
         os.umask(old)
 
 
-def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path):
+def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path, log):
     """Input 8: temporaries of crashed writes (a dead pid, or older than a launch) are removed at
     boot; a live writer's fresh one is kept."""
     mod, fp = feature
@@ -294,7 +291,7 @@ def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path):
     day_ago = time.time() - 86400
     for p in (other_host_old, engine_old):
         os.utime(p, (day_ago, day_ago))
-    mod.boot_digest(cache, {}, fp, 3, Log(), lambda p, e: "stock")
+    mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: "stock")
     left = {p.name for p in tmp_path.iterdir()}
     assert dead.name not in left and other_host_old.name not in left and engine_old.name not in left
     assert live.name in left and engine_fresh.name in left
