@@ -154,7 +154,7 @@ def check_volatile_declarations(features: Sequence[Feature], facts: EngineFacts 
             if name.startswith("-"):
                 if name.startswith("--") and len(name) > 2:
                     continue
-                reason = "a launch option must be spelled --name"
+                reason = "is no launch option (spell one --name)"
             elif name.startswith(ENV_PREFIX):
                 if name in known:
                     continue
