@@ -186,3 +186,27 @@ def test_validate_checks_every_profile(cli, tmp_path):
     assert [p["profile"] for p in data["problems"]] == ["tp4"]
     assert "did you mean folded_fence?" in data["problems"][0]["message"]
     assert cli("validate", "--only", "-s", str(s)).exit_code == 0
+
+
+def test_operator_minimal_settings_two_launches_one_fingerprint(cli, tmp_path):
+    """Issue 15 input 1 through the CLI: an operator's own settings.toml ([default], one flag, no
+    fingerprint table); sglang writes a fresh SGLANG_RUN_ID per launch."""
+    s = tmp_path / "settings.toml"
+    s.write_text("[default]\nfolded_fence = true\n")
+    argv = ["--", "python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "4"]
+    a = json.loads(cli("fingerprint", "--json", "-s", str(s), *argv,
+                       env={"SGLANG_RUN_ID": "sglang-run-1764480000.1-42"}).stdout)
+    b = json.loads(cli("fingerprint", "--json", "-s", str(s), *argv,
+                       env={"SGLANG_RUN_ID": "sglang-run-1764480999.7-7"}).stdout)
+    assert a["fingerprint"] == b["fingerprint"]
+
+
+def test_status_refuses_an_including_settings_file(cli, tmp_path):
+    """Issue 15 input 3 through the CLI: the file is refused, naming file [section], key, value."""
+    s = tmp_path / "settings.toml"
+    s.write_text('[default]\nfolded_fence = false\ndynaconf_include = ["extra.toml"]\n')
+    (tmp_path / "extra.toml").write_text("[default]\nfolded_fence = true\n")
+    r = cli("status", "--json", "-s", str(s))
+    assert r.exit_code == 1
+    msgs = [p["message"] for p in json.loads(r.stdout)["problems"]]
+    assert any(f"{s} [default]: dynaconf_include = ['extra.toml']" in m for m in msgs), msgs
