@@ -4,30 +4,48 @@ this module (the target's module) before running ``child``, so nothing here may 
 The spawning parent itself is started as ``python -c`` (no ``__main__`` file), so a spawned child
 imports nothing but this module before the measured part.
 """
+import importlib
 import os
 import sys
 import time
 
-#: what every sglang process imports anyway, before any plugin runs
-ENGINE_BASE = ("asyncio", "inspect", "typing", "logging", "importlib.metadata")
+#: what a real sglang scheduler process has imported before ``load_plugins()`` runs (DESIGN.md:
+#: asyncio, inspect, logging, importlib.metadata, rich.console, attr, pygments; not rich.traceback
+#: or rich.pretty, which structlog pulls in)
+ENGINE_BASE = ("asyncio", "inspect", "typing", "logging", "importlib.metadata", "rich.console",
+               "attr", "pygments")
+#: the floor: the libraries a child activation must use (structlog, with what it pulls when rich
+#: is installed, and wrapt), nothing of the framework
+FLOOR = ("structlog", "wrapt")
+MODES = ("on", "floor", "off")
 
 
-def child(conn, activate: bool) -> None:
-    """Import the engine base, then (``activate``) ``import dsv41_flags; activate()`` from the
-    ``DSV41_SNAPSHOT`` the parent exported. Sends the perf_counter figures back on ``conn``."""
+def child(conn, mode: str) -> None:
+    """Import the engine base, then: ``on``: ``import dsv41_flags; activate()`` from the
+    ``DSV41_SNAPSHOT`` the parent exported; ``floor``: import FLOOR only; ``off``: nothing.
+    Sends the perf_counter figures (and, for ``on``, the modules the activation imported) back
+    on ``conn``."""
     sys.stderr = open(os.devnull, "w")  # flags.resolved is rendered as usual, then dropped
     t0 = time.perf_counter()
-    import asyncio, importlib.metadata, inspect, logging, typing  # noqa: E401,F401
+    for name in ENGINE_BASE:
+        importlib.import_module(name)
     t1 = time.perf_counter()
+    before = set(sys.modules)
     info = {}
-    if activate:
+    if mode == "on":
         import dsv41_flags
 
         t2 = time.perf_counter()
         rt = dsv41_flags.activate()
         t3 = time.perf_counter()
         info = {"from_snapshot": rt.from_snapshot, "armed": [f.name for f in rt.armed()],
-                "states": {s.name: s.state for s in rt.states()}}
+                "states": {s.name: s.state for s in rt.states()},
+                "new_modules": sorted(set(sys.modules) - before)}
+    elif mode == "floor":
+        for name in FLOOR:
+            importlib.import_module(name)
+        t2 = t3 = time.perf_counter()
+        info = {"new_modules": sorted(set(sys.modules) - before)}
     else:
         t2 = t3 = time.perf_counter()
     conn.send({"base": t1 - t0, "import": t2 - t1, "activate": t3 - t2, "measured": t3 - t1, **info})
@@ -35,18 +53,18 @@ def child(conn, activate: bool) -> None:
 
 
 def spawn_parent(reps: int) -> None:
-    """Start ``2 * reps`` spawn children, with and without activation alternately (ABBA order),
-    after one unmeasured warm-up pair. Prints ``{"on": [...], "off": [...]}`` as one JSON line;
-    each entry is the child's figures plus ``wall`` (parent: ``start()`` to ``join()``)."""
+    """Start ``3 * reps`` spawn children (activating, floor, nothing) in rotating order, after one
+    unmeasured warm-up round. Prints ``{"on": [...], "floor": [...], "off": [...]}`` as one JSON
+    line; each entry is the child's figures plus ``wall`` (parent: ``start()`` to ``join()``)."""
     import json
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    results: dict[str, list] = {"on": [], "off": []}
+    results: dict[str, list] = {m: [] for m in MODES}
 
-    def one(activate: bool) -> dict:
+    def one(mode: str) -> dict:
         recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=child, args=(send, activate))
+        proc = ctx.Process(target=child, args=(send, mode))
         t0 = time.perf_counter()
         proc.start()
         send.close()
@@ -57,8 +75,10 @@ def spawn_parent(reps: int) -> None:
             raise SystemExit(f"child exited {proc.exitcode}")
         return msg
 
-    one(True), one(False)  # warm-up: page cache, .pyc files
+    for mode in MODES:  # warm-up: page cache, .pyc files
+        one(mode)
     for i in range(reps):
-        for activate in ((True, False) if i % 2 == 0 else (False, True)):
-            results["on" if activate else "off"].append(one(activate))
+        order = MODES[i % 3:] + MODES[:i % 3]
+        for mode in (order if i % 2 == 0 else tuple(reversed(order))):
+            results[mode].append(one(mode))
     sys.stdout.write(json.dumps(results) + "\n")

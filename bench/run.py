@@ -27,7 +27,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 OUT = BENCH / "out"
 BENCHMARKS = [
-    ("1", "b1_activation", "Child activation"),
+    ("1", "b1_activation", "Activation: child, parent, CLI"),
     ("2", "b2_resolution", "Parent resolution"),
     ("3", "b3_patched_call", "Patched call"),
     ("4", "b4_import_hooks", "Import hooks"),

@@ -16,8 +16,9 @@ from rich.console import Console
 
 from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
+from ._names import RESERVED, suggest
 from ._fingerprint import compute, diff as payload_diff, prefix_sources, read_sidecar, write_sidecar
-from ._runtime import resolve_launch
+from ._runtime import Runtime, resolve_launch
 from ._settings import _jsonable
 from ._static import check_feature
 
@@ -83,16 +84,19 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
     fp_for = (f"for the launch command {' '.join(launch)}" if launch else
               "for an empty launch command (the real launch's: dsv41-flags fingerprint -- CMD, "
               "or dsv41-flags status -- CMD)")
+    drift = {f.name: _drift_of(f, fdir) for f in features}
+    # the runtime decides each state (the rules of a boot); the CLI renders them
+    states = {st.name: st for st in Runtime(features, resolution, fp, features_dir=fdir).preview(
+        {name: missing for name, (missing, _) in drift.items()})}
     rows = []
     for f in features:
-        r = resolution.values[f.flag]
-        missing, source = _drift_of(f, fdir)
-        fixed = fixed_upstream(f)
-        state = "off" if not r.value else "fixed-upstream" if fixed else "drifted" if missing else "armed"
-        rows.append({"name": f.name, "state": state, "value": r.value, "source": r.source,
+        st = states[f.name]
+        missing, source = drift[f.name]
+        rows.append({"name": f.name, "state": st.state, "value": st.value, "source": st.source,
                      "target": f.target, "engine": f.engine, "engine_version": engine_version(f),
                      "target_found": source is not None, "missing": missing,
-                     "detail": fixed or "", "options": resolution.options_of(f)})
+                     "detail": st.detail if st.state == "fixed-upstream" else "",
+                     "options": resolution.options_of(f)})
     data = {"profile": resolution.profile, "settings_files": list(resolution.files),
             "features_dir": str(fdir), "fingerprint": fp.digest,
             "fingerprint_for": {"argv": launch, "label": fp_for}, "features": rows,
@@ -206,22 +210,17 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
             if bad:
                 raise typer.Exit(1)
             return
-    reserved = {"ENV": ("profile (DSV41_ENV)", resolution.profile),
-                "SETTINGS": ("settings files (DSV41_SETTINGS)", list(resolution.files)),
-                "SNAPSHOT": ("snapshot handed to child processes (DSV41_SNAPSHOT)", None)}
-    reserved.update({k: ("reserved setting", v) for k, v in resolution.reserved.items()})
-    if wanted in reserved:
-        what, value = reserved[wanted]
+    if wanted in RESERVED:
+        value = {"ENV": resolution.profile, "SETTINGS": list(resolution.files)}.get(
+            wanted, resolution.reserved.get(wanted))
+        what = RESERVED[wanted].what
         if as_json:
             _emit_json({"reserved": wanted, "what": what, "value": value})
         else:
             out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)")
         return
     known = sorted(k for f in features for k in f.keys())
-    import difflib
-    close = difflib.get_close_matches(wanted, known, n=1)
-    msg = f"{key!r} is no feature, flag or option key; known: {', '.join(known)}" + \
-        (f"; did you mean {close[0]}?" if close else "")
+    msg = f"{key!r} is no feature, flag or option key; known: {', '.join(known)}" + suggest(wanted, known)
     _fail(FlagsError(msg), as_json)
 
 

@@ -9,15 +9,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ._errors import DeclarationError
+from ._names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
 from ._values import KINDS, CastError, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._patch import InstallContext
 
-ENV_PREFIX = "DSV41_"
-#: names the framework reserves (settings keys; variables with the DSV41_ prefix): never flags
-RESERVED_KEYS = ("ENV", "SETTINGS", "SNAPSHOT", "STRICT", "FEATURES_DIR", "LOG_FORMAT", "LOG_LEVEL",
-                 "FINGERPRINT", "RANK_GUARD", "EXTERNAL")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ENGINE = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
@@ -125,6 +122,8 @@ class Feature:
     refs: upstream references (``"sglang#40320"``).
     after: names of features whose patches must be applied before this one.
     default: flag value when no settings file or variable sets it.
+    Tuple fields must be tuples (a list is refused: a declaration is frozen, copied with
+    ``dataclasses.replace``, never changed after construction).
     source: file that declared it (set by discovery); entry_point: ``(name, value)`` when it came
       from the ``dsv41_flags.features`` entry-point group (set by discovery).
     Raises DeclarationError, naming the feature, on any invalid field.
@@ -155,9 +154,11 @@ class Feature:
             raise DeclarationError(f"{where}: install {self.install!r} is not callable")
         for attr in ("requires", "volatile", "options", "refs", "after"):
             value = getattr(self, attr)
-            if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
-                raise DeclarationError(f"{where}: {attr} must be a tuple, got {value!r}")
-            object.__setattr__(self, attr, tuple(value))
+            if not isinstance(value, tuple):  # frozen: a list would stay mutable inside it
+                hint = (f": write it as a tuple, {tuple(value)!r}" if isinstance(value, list)
+                        else f": write it as a tuple, ({value!r},)" if isinstance(value, str) else "")
+                raise DeclarationError(f"{where}: {attr} must be a tuple, got "
+                                       f"{type(value).__name__} {value!r}{hint}")
         try:
             for text in self.requires:
                 Require.parse(text)

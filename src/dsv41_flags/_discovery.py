@@ -7,13 +7,16 @@ top-level ``features`` package (which could shadow or be shadowed by another one
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import sys
 import types
 from pathlib import Path
+from typing import Sequence
 
-from ._declare import RESERVED_KEYS, Feature
+from ._declare import Feature
+from ._names import RESERVED_KEYS, suggest
 from ._errors import DeclarationError
 from ._fingerprint import check_volatile_declarations
 
@@ -33,12 +36,7 @@ def _features_of(obj, origin: str) -> list[Feature]:
     if not found or not all(isinstance(f, Feature) for f in found):
         raise DeclarationError(f"{origin}: declares no Feature (expected FEATURE = Feature(...) "
                                f"or FEATURES = [...])")
-    return [_with_source(f, origin) for f in found]
-
-
-def _with_source(feature: Feature, origin: str) -> Feature:
-    object.__setattr__(feature, "source", origin)
-    return feature
+    return [dataclasses.replace(f, source=origin) for f in found]
 
 
 def _import_file(path: Path):
@@ -97,8 +95,7 @@ def discover(features_dir: Path | None, *,
             except Exception as exc:
                 raise DeclarationError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
             for feature in _features_of(obj, origin):
-                object.__setattr__(feature, "entry_point", (name, value))
-                features.append(feature)
+                features.append(dataclasses.replace(feature, entry_point=(name, value)))
     check_unique(features)
     check_volatile_declarations(features)  # against the whole set: one feature may name another's keys
     return tuple(sorted(features, key=lambda f: f.name))
@@ -127,17 +124,37 @@ def check_unique(features: list[Feature]) -> None:
                 raise DeclarationError(
                     f"feature {feature.name!r} ({feature.source}): after={dep!r} names "
                     f"{'itself' if dep == feature.name else 'no known feature'}; "
-                    f"known: {', '.join(sorted(names))}")
+                    f"known: {', '.join(sorted(names))}"
+                    f"{suggest(dep, names) if dep != feature.name else ''}")
+    install_order(features)  # an 'after' cycle
+
+
+def install_order(features: Sequence[Feature]) -> list[Feature]:
+    """``features`` ordered so that each comes after the ones its ``after`` names: the standard
+    library's ``graphlib.TopologicalSorter``; among the features free to go next, the given order
+    is kept. Names in ``after`` outside ``features`` are ignored here (``check_unique`` refuses
+    them at discovery). Raises DeclarationError naming the cycle (``a -> b -> a``: a after b after
+    a) when ``after`` forms one. The one ordering of the framework (discovery and the runtime)."""
+    import heapq
+    from graphlib import CycleError, TopologicalSorter
+
     by_name = {f.name: f for f in features}
-    for feature in features:  # an 'after' cycle
-        seen: set[str] = set()
-        todo = [(feature.name, (feature.name,))]
-        while todo:
-            name, trail = todo.pop()
-            for dep in by_name[name].after:
-                if dep == feature.name and len(trail) > 1:
-                    raise DeclarationError(f"feature {feature.name!r} ({feature.source}): 'after' "
-                                           f"forms a cycle: {' -> '.join(trail + (dep,))}")
-                if dep in by_name and dep not in seen and dep != feature.name:
-                    seen.add(dep)
-                    todo.append((dep, trail + (dep,)))
+    index = {name: i for i, name in enumerate(by_name)}
+    sorter = TopologicalSorter({f.name: [d for d in f.after if d in by_name] for f in by_name.values()})
+    try:
+        sorter.prepare()
+    except CycleError as exc:
+        cycle = list(reversed(exc.args[1]))  # graphlib lists predecessors first
+        first = by_name[cycle[0]]
+        raise DeclarationError(f"feature {first.name!r} ({first.source or 'declared in code'}): "
+                               f"'after' forms a cycle: {' -> '.join(cycle)}") from None
+    ready = [(index[n], n) for n in sorter.get_ready()]
+    heapq.heapify(ready)
+    ordered: list[Feature] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        ordered.append(by_name[name])
+        sorter.done(name)
+        for n in sorter.get_ready():
+            heapq.heappush(ready, (index[n], n))
+    return ordered

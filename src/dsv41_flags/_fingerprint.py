@@ -17,7 +17,6 @@ Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context); iss
 """
 from __future__ import annotations
 
-import difflib
 import errno
 import hashlib
 import json
@@ -30,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ._declare import ENV_PREFIX, RESERVED_KEYS, Feature
+from ._declare import Feature
+from ._names import ENV_PREFIX, RESERVED_KEYS, suggest
 from ._errors import DeclarationError
 from ._settings import Resolution, _jsonable
 
@@ -165,10 +165,9 @@ def check_volatile_declarations(features: Sequence[Feature], facts: EngineFacts 
                 reason = (f"is neither a {ENV_PREFIX} flag/option variable nor under a prefix the "
                           f"engine reads ({', '.join(engine_prefixes)})")
             candidates = sorted(known) + [p + "..." for p in engine_prefixes]
-            close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
             raise DeclarationError(
                 f"feature {feature.name!r} ({feature.source}): volatile name {name!r} {reason}"
-                + (f"; did you mean {close[0]}?" if close else "")
+                + suggest(name, candidates)
                 + " (a misspelt volatile name would leave the real one in the fingerprint)")
 
 

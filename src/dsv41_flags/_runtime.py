@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from . import _settings
 from ._declare import Feature
-from ._discovery import discover
+from ._discovery import discover, install_order
 from ._drift import fixed_upstream, missing_on, version_problem
 from ._errors import DriftError, FlagsError
 from ._events import ProcessContext, configure, get_logger
@@ -68,29 +68,6 @@ def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> 
     return _settings.PROJECT_SETTINGS.parent / "features"
 
 
-def _order(features: Sequence[Feature]) -> list[Feature]:
-    """Features ordered so that each comes after the ones named in its ``after``."""
-    by_name = {f.name: f for f in features}
-    done: list[Feature] = []
-    seen: set[str] = set()
-
-    def visit(f: Feature, path: tuple[str, ...]):
-        """Depth-first: a feature's ``after`` dependencies first."""
-        if f.name in seen:
-            return
-        if f.name in path:
-            raise FlagsError(f"feature {f.name!r}: 'after' forms a cycle: {' -> '.join(path + (f.name,))}")
-        for dep in f.after:
-            if dep in by_name:
-                visit(by_name[dep], path + (f.name,))
-        seen.add(f.name)
-        done.append(f)
-
-    for f in features:
-        visit(f, ())
-    return done
-
-
 class Runtime:
     """Per-process runtime. Build it with ``activate()``; tests may build one directly.
 
@@ -101,7 +78,7 @@ class Runtime:
     def __init__(self, features: Sequence[Feature], resolution: Resolution, fingerprint: Fingerprint,
                  *, features_dir: Path | None = None, from_snapshot: bool = False,
                  context: ProcessContext | None = None):
-        self.features = {f.name: f for f in _order(features)}
+        self.features = {f.name: f for f in install_order(features)}
         self.resolution = resolution
         self.fingerprint = fingerprint
         self.features_dir = features_dir
@@ -156,17 +133,40 @@ class Runtime:
         self._states[feature.name] = st
         return st
 
+    def gate(self, feature: Feature) -> tuple[str, str]:
+        """The state rule before any target is imported, ``(state, detail)``: ``off`` (flag off),
+        ``fixed-upstream`` (the installed engine is in ``fixed_in``; detail says why) or
+        ``armed``. The one place that decides it: ``arm`` acts on it, ``preview`` reports it."""
+        if not self.value(feature):
+            return "off", ""
+        reason = fixed_upstream(feature)
+        return ("fixed-upstream", reason) if reason else ("armed", "")
+
+    def preview(self, missing: Mapping[str, Sequence[str]]) -> list[FeatureState]:
+        """The state each feature would reach at boot before its target is imported (what
+        ``dsv41-flags status`` shows), without arming anything: ``gate``'s state, and ``drifted``
+        for an armed feature whose ``missing[name]`` (drift found without importing: the static
+        check and the engine version) is not empty. Install order; nothing is recorded."""
+        out = []
+        for feature in self.features.values():
+            state, detail = self.gate(feature)
+            if state == "armed" and missing.get(feature.name):
+                state, detail = "drifted", "; ".join(missing[feature.name])
+            out.append(FeatureState(feature.name, state, self.value(feature), self.source(feature),
+                                    feature.target, detail=detail))
+        return out
+
     def arm(self) -> None:
         """Register a post-import hook on the target of every armed feature (fires at once if the
         target is already imported). A feature whose engine is in its ``fixed_in`` range is
         skipped (state ``fixed-upstream``). Raises DriftError in strict mode when an install that
         fires at once drifts or fails."""
         for feature in self.features.values():
-            if not self.value(feature):
+            state, reason = self.gate(feature)
+            if state == "off":
                 self._set(feature, "off")
                 continue
-            reason = fixed_upstream(feature)
-            if reason:
+            if state == "fixed-upstream":
                 self._set(feature, "fixed-upstream", detail=reason)
                 self.log.info("feature.fixed_upstream", feature=feature.name, target=feature.target,
                               reason=reason)

@@ -14,7 +14,6 @@ Default settings search (first that applies):
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import re
 import tomllib
@@ -22,25 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._declare import ENV_PREFIX, RESERVED_KEYS, Feature
+from ._declare import Feature
+from ._names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
+                     SNAPSHOT_VAR, suggest)
 from ._errors import Problem, SettingsError
 from ._values import CastError, cast, cast_bool
 
-PROFILE_VAR = "DSV41_ENV"
-SETTINGS_VAR = "DSV41_SETTINGS"
-SNAPSHOT_VAR = "DSV41_SNAPSHOT"
 DEFAULT_PROFILE = "default"
 PROJECT_SETTINGS = Path(__file__).resolve().parents[2] / "settings.toml"
 
-#: typed reserved keys: key -> (kind, default, choices)
-RESERVED_TYPES: dict[str, tuple[str, Any, tuple[str, ...]]] = {
-    "STRICT": ("bool", True, ()),
-    "FEATURES_DIR": ("str", "", ()),
-    "LOG_FORMAT": ("choice", "auto", ("auto", "json", "console")),
-    "LOG_LEVEL": ("choice", "info", ("debug", "info", "warning", "error")),
-    "RANK_GUARD": ("choice", "raise", ("raise", "warn", "off")),
-    "EXTERNAL": ("list", (), ()),
-}
 #: the operator's ``fingerprint`` table: what settings ADD to the engine adapter's defaults
 #: (``_sglang.FINGERPRINT``: prefixes the engine reads, variables and launch options it rewrites or
 #: that differ per node) and to ``DSV41_``; nothing by default
@@ -513,7 +502,7 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
                 problems.append(Problem(f"FINGERPRINT.{name}", origin,
                                         f"{origin}: fingerprint.{name} is not a fingerprint setting; "
                                         f"accepted: {', '.join(FINGERPRINT_DEFAULTS)}"
-                                        f"{_suggest(name, list(FINGERPRINT_DEFAULTS))}",
+                                        f"{suggest(name, list(FINGERPRINT_DEFAULTS))}",
                                         "error" if strict else "warning"))
             elif not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
                 problems.append(Problem(f"FINGERPRINT.{name}", origin, f"{origin}: fingerprint.{name} = "
@@ -530,11 +519,6 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
     out["prefix_sources"] = {p: prefix_sources.get(p, "settings fingerprint.prefixes")
                              for p in out["prefixes"]}
     return out, sources
-
-
-def _suggest(name: str, candidates: list[str]) -> str:
-    match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {match[0]}?" if match else ""
 
 
 def _unknown_keys(settings, known: set[str], external: set[str], environ: Mapping[str, str],
@@ -562,12 +546,12 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                                         f"in settings.toml)"))
             elif key not in known and name not in external:
                 problems.append(Problem(name, f"env {name}", f"environment variable {name} matches no "
-                                        f"flag, option or reserved name{_suggest(name, env_known)}{tail}",
+                                        f"flag, option or reserved name{suggest(name, env_known)}{tail}",
                                         severity))
         elif name.upper().startswith(ENV_PREFIX):
             problems.append(Problem(name, f"env {name}", f"environment variable {name} is lower-case "
                                     f"and is not read (variable names are case-sensitive)"
-                                    f"{_suggest(name.upper(), env_known)}{tail}", severity))
+                                    f"{suggest(name.upper(), env_known)}{tail}", severity))
     seen = set()
     for entry in get_history(settings):
         if entry["loader"] != "toml" or not isinstance(entry["value"], dict):
@@ -582,6 +566,6 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
             seen.add((origin, upper))
             problems.append(Problem(upper, origin, f"{origin}: key {key.lower()!r} matches no flag, "
                                     f"option or reserved name"
-                                    f"{_suggest(key.lower(), sorted(k.lower() for k in known))}{tail}",
+                                    f"{suggest(key.lower(), sorted(k.lower() for k in known))}{tail}",
                                     severity))
     return problems

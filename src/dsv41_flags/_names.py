@@ -1,0 +1,70 @@
+"""The names the framework owns, defined once: the ``DSV41_`` prefix, the reserved names (never
+flags; each with its type and meaning), the variables that carry them, and the one "did you
+mean" suggestion used by every message that names an unknown key.
+
+Standard library only: every process imports this, a child activating from the snapshot too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+ENV_PREFIX = "DSV41_"
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedName:
+    """One name reserved by the framework (a settings key and its ``DSV41_<KEY>`` variable).
+
+    key: upper-case key (``STRICT``); what: one line for ``explain`` and the README;
+    kind / default / choices: how a typed reserved *setting* is cast (``kind`` None: not a setting
+    read through the resolution, e.g. ``ENV`` picks the profile, ``FINGERPRINT`` is a table read
+    on its own).
+    """
+
+    key: str
+    what: str
+    kind: str | None = None
+    default: Any = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def variable(self) -> str:
+        """Its variable: ``DSV41_<KEY>``."""
+        return ENV_PREFIX + self.key
+
+
+RESERVED: dict[str, ReservedName] = {r.key: r for r in (
+    ReservedName("ENV", "profile (DSV41_ENV)"),
+    ReservedName("SETTINGS", "settings files (DSV41_SETTINGS)"),
+    ReservedName("SNAPSHOT", "snapshot handed to child processes (DSV41_SNAPSHOT)"),
+    ReservedName("STRICT", "strict mode: drift, failed installs and unknown keys are errors",
+                 "bool", True),
+    ReservedName("FEATURES_DIR", "directory of the feature modules", "str", ""),
+    ReservedName("LOG_FORMAT", "log rendering", "choice", "auto", ("auto", "json", "console")),
+    ReservedName("LOG_LEVEL", "lowest level logged", "choice", "info",
+                 ("debug", "info", "warning", "error")),
+    ReservedName("RANK_GUARD", "rank consistency guard mode", "choice", "raise",
+                 ("raise", "warn", "off")),
+    ReservedName("EXTERNAL", "variables read by adapters not ported yet: known, not flags",
+                 "list", ()),
+    ReservedName("FINGERPRINT", "the fingerprint table (prefixes, volatile, volatile_argv)"),
+)}
+#: every reserved key (settings keys; variables with the DSV41_ prefix): never flags
+RESERVED_KEYS: tuple[str, ...] = tuple(RESERVED)
+#: typed reserved settings: key -> (kind, default, choices)
+RESERVED_TYPES: dict[str, tuple[str, Any, tuple[str, ...]]] = {
+    r.key: (r.kind, r.default, r.choices) for r in RESERVED.values() if r.kind is not None}
+
+PROFILE_VAR = RESERVED["ENV"].variable
+SETTINGS_VAR = RESERVED["SETTINGS"].variable
+SNAPSHOT_VAR = RESERVED["SNAPSHOT"].variable
+
+
+def suggest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:
+    """``"; did you mean X?"`` for the closest of ``candidates`` to ``name`` (difflib ratio at
+    least ``cutoff``), or ``""``. The one suggestion of every "matches nothing" message."""
+    import difflib
+
+    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)
+    return f"; did you mean {match[0]}?" if match else ""

@@ -1,0 +1,154 @@
+"""One place per concept (issue 11): the child's import set, reserved names, suggestions,
+``after=`` ordering through graphlib, frozen declarations, one state rule for runtime and CLI."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dsv41_flags import DeclarationError, Feature
+from dsv41_flags._discovery import discover, install_order
+from dsv41_flags._names import RESERVED, RESERVED_KEYS, RESERVED_TYPES, suggest
+from dsv41_flags._runtime import build
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: what a child activating from the snapshot must not import (it uses none of it)
+CHILD_MUST_NOT_IMPORT = ("dynaconf", "tomllib", "packaging.specifiers", "packaging.version", "typer",
+                         "click", "dsv41_flags._settings", "dsv41_flags._cli", "dsv41_flags._static")
+
+CHILD = """
+import json, sys
+import dsv41_flags
+rt = dsv41_flags.activate()
+print(json.dumps({"from_snapshot": rt.from_snapshot, "armed": [f.name for f in rt.armed()],
+                  "modules": sorted(sys.modules)}))
+"""
+
+
+def _child_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    env.update(extra)
+    return env
+
+
+@pytest.mark.xfail(strict=True, reason="lean child: phase 2 of issue 11")
+def test_child_from_snapshot_imports_only_what_it_uses():
+    """A child activating from the launch's snapshot (both features armed) imports no settings
+    loader, no TOML parser, no version parser and no CLI."""
+    env = _child_env(DSV41_FOLDED_FENCE="1", DSV41_AUTOTUNE_KEEP="1", DSV41_LOG_FORMAT="json")
+    parent = build([REPO / "settings.toml"], None, environ=env, argv=["serve"],
+                   features_dir=REPO / "features", use_snapshot=False, configure_logging=False)
+    env["DSV41_SNAPSHOT"] = parent.snapshot()
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert data["from_snapshot"] and data["armed"] == ["autotune_keep", "folded_fence"]
+    present = [m for m in CHILD_MUST_NOT_IMPORT
+               if m in data["modules"] or any(x.startswith(m + ".") for x in data["modules"])]
+    assert present == []
+
+
+# ------------------------------------------------------------------------------ names
+def test_reserved_names_defined_once():
+    """One table: the keys, the typed settings and the variables all come from it."""
+    assert RESERVED_KEYS == tuple(RESERVED)
+    assert set(RESERVED_TYPES) <= set(RESERVED_KEYS)
+    from dsv41_flags import _declare, _settings
+
+    assert _declare.RESERVED_KEYS is RESERVED_KEYS
+    assert _settings.RESERVED_TYPES is RESERVED_TYPES
+    assert (_settings.PROFILE_VAR, _settings.SETTINGS_VAR, _settings.SNAPSHOT_VAR) == (
+        "DSV41_ENV", "DSV41_SETTINGS", "DSV41_SNAPSHOT")
+    # no other module spells the list again
+    src = REPO / "src" / "dsv41_flags"
+    for path in src.glob("*.py"):
+        if path.name != "_names.py":
+            text = path.read_text()
+            assert '"LOG_FORMAT", "LOG_LEVEL"' not in text and "did you mean" not in text, path
+
+
+def test_suggest_is_the_one_did_you_mean():
+    assert suggest("FOLDED_FENC", ["FOLDED_FENCE", "AUTOTUNE_KEEP"]) == "; did you mean FOLDED_FENCE?"
+    assert suggest("zzz", ["FOLDED_FENCE"]) == ""
+
+
+# --------------------------------------------------------------------------- ordering
+def _f(name, after=(), source=""):
+    return Feature(name=name, target="json", install=print, summary="s", engine="", after=after,
+                   source=source)
+
+
+def test_after_order_through_graphlib_keeps_given_order_among_free_features():
+    order = [f.name for f in install_order([_f("a", ("z",)), _f("b"), _f("z")])]
+    assert order.index("z") < order.index("a") and order[0] == "b"
+    assert [f.name for f in install_order([_f("a"), _f("b"), _f("c")])] == ["a", "b", "c"]
+
+
+def test_after_cycle_names_the_cycle():
+    with pytest.raises(DeclarationError, match=r"'after' forms a cycle: (a -> b -> c -> a|b -> c -> a -> b"
+                                               r"|c -> a -> b -> c)"):
+        install_order([_f("a", ("b",)), _f("b", ("c",)), _f("c", ("a",))])
+
+
+def test_after_cycle_refused_at_discovery(tmp_path):
+    for name, dep in (("one", "two"), ("two", "one")):
+        (tmp_path / f"{name}.py").write_text(
+            "from dsv41_flags import Feature\nFEATURE = Feature(name=%r, target='json', install=print, "
+            "summary='s', engine='', after=(%r,))\n" % (name, dep))
+    with pytest.raises(DeclarationError, match=r"\.py\): 'after' forms a cycle: (one -> two -> one|"
+                                               r"two -> one -> two)"):
+        discover(tmp_path, entry_points=False)
+
+
+def test_after_typo_suggests_the_feature(tmp_path):
+    (tmp_path / "me.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature(name='me', "
+                                    "target='json', install=print, summary='s', engine='', "
+                                    "after=('folded_fenc',))\n")
+    (tmp_path / "folded_fence.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature("
+                                              "name='folded_fence', target='json', install=print, "
+                                              "summary='s', engine='')\n")
+    with pytest.raises(DeclarationError, match="did you mean folded_fence"):
+        discover(tmp_path, entry_points=False)
+
+
+# ----------------------------------------------------------------------------- frozen
+@pytest.mark.parametrize("field", ["requires", "volatile", "options", "refs", "after"])
+def test_tuple_fields_refuse_lists_with_the_fix(field):
+    with pytest.raises(DeclarationError, match=rf"{field} must be a tuple, got list .*write it as a tuple"):
+        Feature(name="x", target="json", install=print, summary="s", engine="", **{field: []})
+
+
+def test_declarations_are_never_mutated():
+    """No ``object.__setattr__`` anywhere in the package: copies are made with dataclasses.replace."""
+    src = REPO / "src" / "dsv41_flags"
+    assert [p.name for p in src.rglob("*.py") if "object.__setattr__" in p.read_text()] == []
+    f = _f("a")
+    g = dataclasses.replace(f, source="/x.py")
+    assert f.source == "" and g.source == "/x.py" and g == f
+
+
+def test_discovery_copies_instead_of_mutating(tmp_path):
+    (tmp_path / "shared.py").write_text(textwrap.dedent("""
+        from dsv41_flags import Feature
+        FEATURE = Feature(name="shared", target="json", install=print, summary="s", engine="")
+    """))
+    (found,) = discover(tmp_path, entry_points=False)
+    module = sys.modules["dsv41_flags_features.shared"]
+    assert found.source.endswith("shared.py") and module.FEATURE.source == ""
+
+
+# ------------------------------------------------------------------------------ state
+def test_status_renders_the_runtime_states(make_runtime):
+    """``preview`` is the boot's rule: off / fixed-upstream / armed, drifted when armed and the
+    drift found without importing is not empty."""
+    rt = make_runtime(env={"DSV41_FOLDED_FENCE": "1"})
+    states = {s.name: s.state for s in rt.preview({"folded_fence": ["X.y"], "autotune_keep": ["Z"]})}
+    assert states == {"folded_fence": "drifted", "autotune_keep": "off"}
+    assert {s.name: s.state for s in rt.preview({})} == {"folded_fence": "armed", "autotune_keep": "off"}
+    assert rt._states == {}  # nothing recorded, nothing armed
