@@ -135,10 +135,12 @@ def install_order(features: Sequence[Feature]) -> list[Feature]:
     is kept. Names in ``after`` outside ``features`` are ignored here (``check_unique`` refuses
     them at discovery). Raises DeclarationError naming the cycle (``a -> b -> a``: a after b after
     a) when ``after`` forms one. The one ordering of the framework (discovery and the runtime)."""
+    by_name = {f.name: f for f in features}
+    if not any(f.after for f in by_name.values()):
+        return list(by_name.values())  # nothing to order (and graphlib stays unimported)
     import heapq
     from graphlib import CycleError, TopologicalSorter
 
-    by_name = {f.name: f for f in features}
     index = {name: i for i, name in enumerate(by_name)}
     sorter = TopologicalSorter({f.name: [d for d in f.after if d in by_name] for f in by_name.values()})
     try:
