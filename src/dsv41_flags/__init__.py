@@ -18,7 +18,7 @@ from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_tem
 from ._fingerprint import diff as payload_diff, matches as sidecar_matches
 from ._patch import InstallContext
 from ._runtime import FeatureState, Runtime, build
-from ._settings import SNAPSHOT_VAR
+from ._names import SNAPSHOT_VAR
 
 __all__ = ["Feature", "Option", "activate", "runtime", "Runtime", "FeatureState", "InstallContext",
            "FlagsError", "DeclarationError", "SettingsError", "DriftError", "Problem",

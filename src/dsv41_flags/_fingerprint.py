@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ._declare import Feature
 from ._names import ENV_PREFIX, RESERVED_KEYS, suggest
 from ._errors import DeclarationError
-from ._settings import Resolution, _jsonable
+from ._resolution import Resolution, _jsonable
 
 SIDECAR_SUFFIX = ".launch"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ._runtime import build
-from ._settings import SNAPSHOT_VAR
+from ._names import SNAPSHOT_VAR
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 

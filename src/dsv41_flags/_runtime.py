@@ -25,7 +25,8 @@ from ._events import ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute
 from ._hooks import register_post_import_hook
 from ._patch import InstallContext, Ledger
-from ._settings import SNAPSHOT_VAR, Resolution
+from ._names import SNAPSHOT_VAR
+from ._resolution import Resolution
 
 SNAPSHOT_VERSION = 1
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"

@@ -17,7 +17,6 @@ import contextlib
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,6 +24,7 @@ from ._declare import Feature
 from ._names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
 from ._errors import Problem, SettingsError
+from ._resolution import Resolution, Resolved, _jsonable  # noqa: F401  (re-exported)
 from ._values import CastError, cast, cast_bool
 
 DEFAULT_PROFILE = "default"
@@ -34,112 +34,6 @@ PROJECT_SETTINGS = Path(__file__).resolve().parents[2] / "settings.toml"
 #: (``_sglang.FINGERPRINT``: prefixes the engine reads, variables and launch options it rewrites or
 #: that differ per node) and to ``DSV41_``; nothing by default
 FINGERPRINT_DEFAULTS = {"prefixes": (), "volatile": (), "volatile_argv": ()}
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """One resolved key.
-
-    key: setting key (``FOLDED_FENCE``); feature: owning feature name ("" for reserved keys);
-    option: option name or None for a flag; value: typed value; source: where the final value came
-    from (``default`` / ``<file> [<section>]`` / ``env DSV41_<KEY>``); chain: every
-    ``(source, raw value)`` in order of precedence, lowest first.
-    """
-
-    key: str
-    feature: str
-    option: str | None
-    value: Any
-    source: str
-    chain: tuple[tuple[str, Any], ...]
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (tuples as lists)."""
-        return {"key": self.key, "feature": self.feature, "option": self.option,
-                "value": _jsonable(self.value), "source": self.source,
-                "chain": [[s, _jsonable(v)] for s, v in self.chain]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Resolved":
-        """Inverse of to_dict."""
-        value = d["value"]
-        return cls(d["key"], d["feature"], d["option"], tuple(value) if isinstance(value, list) else value,
-                   d["source"], tuple((s, v) for s, v in d["chain"]))
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """The result of reading settings.
-
-    profile: active profile; profiles: profiles present in the loaded files; files: settings files
-    actually loaded (``settings.local.toml`` included); values: key -> Resolved for every flag and
-    option; reserved: typed reserved settings (STRICT, FEATURES_DIR, LOG_FORMAT, LOG_LEVEL,
-    RANK_GUARD, EXTERNAL, FINGERPRINT); volatile_sources: volatile name -> who declared it in
-    settings; problems: every error and warning; notes: informational remarks for the report.
-    """
-
-    profile: str
-    profiles: tuple[str, ...]
-    files: tuple[str, ...]
-    values: Mapping[str, Resolved]
-    reserved: Mapping[str, Any]
-    volatile_sources: Mapping[str, str] = field(default_factory=dict)
-    problems: tuple[Problem, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    @property
-    def strict(self) -> bool:
-        """Strict mode (drift, failure and unknown keys are errors)."""
-        return bool(self.reserved.get("STRICT", True))
-
-    @property
-    def errors(self) -> tuple[Problem, ...]:
-        """Problems of severity ``error``."""
-        return tuple(p for p in self.problems if p.severity == "error")
-
-    @property
-    def warnings(self) -> tuple[Problem, ...]:
-        """Problems of severity ``warning``."""
-        return tuple(p for p in self.problems if p.severity == "warning")
-
-    def flag(self, feature: Feature) -> bool:
-        """The resolved flag value of ``feature``."""
-        return bool(self.values[feature.flag].value)
-
-    def options_of(self, feature: Feature) -> dict[str, Any]:
-        """Option name -> resolved value for ``feature``."""
-        return {o.name: self.values[feature.option_key(o)].value for o in feature.options}
-
-    def raise_for_errors(self) -> None:
-        """Raise SettingsError listing every error problem, if any."""
-        if self.errors:
-            raise SettingsError(list(self.errors))
-
-    def to_dict(self) -> dict:
-        """JSON-ready form (used for the snapshot)."""
-        return {"profile": self.profile, "profiles": list(self.profiles), "files": list(self.files),
-                "values": {k: v.to_dict() for k, v in self.values.items()},
-                "reserved": {k: _jsonable(v) for k, v in self.reserved.items()},
-                "volatile_sources": dict(self.volatile_sources),
-                "problems": [[p.key, p.origin, p.message, p.severity] for p in self.problems],
-                "notes": list(self.notes)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Resolution":
-        """Inverse of to_dict."""
-        return cls(profile=d["profile"], profiles=tuple(d["profiles"]), files=tuple(d["files"]),
-                   values={k: Resolved.from_dict(v) for k, v in d["values"].items()},
-                   reserved=d["reserved"], volatile_sources=d.get("volatile_sources", {}),
-                   problems=tuple(Problem(*p) for p in d.get("problems", ())),
-                   notes=tuple(d.get("notes", ())))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    return value
 
 
 # ---------------------------------------------------------------------------------- files
