@@ -2,18 +2,24 @@
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ._errors import DeclarationError
 from ._names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
 from ._values import KINDS, CastError, cast
 
 if TYPE_CHECKING:  # pragma: no cover
+    from packaging.specifiers import SpecifierSet
+
     from ._patch import InstallContext
+
+#: True while discovery re-executes declarations that the launching process already checked (a
+#: child importing the snapshot's verified feature files): their version ranges are not parsed
+#: again, so a child imports no version parser until a target's install checks the version
+CHECKED_BY_LAUNCH: ContextVar[bool] = ContextVar("dsv41_checked_by_launch", default=False)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -73,6 +79,8 @@ class EngineRange:
     @classmethod
     def parse(cls, text: str) -> "EngineRange":
         """Parse ``"name<spec>"``. Raises ValueError (no name) or InvalidSpecifier (bad range)."""
+        from packaging.specifiers import SpecifierSet
+
         m = _ENGINE.match(text)
         if not m:
             raise ValueError("expected a distribution name followed by a version range")
@@ -164,6 +172,18 @@ class Feature:
                 Require.parse(text)
         except DeclarationError as exc:
             raise DeclarationError(f"{where}: {exc}") from None
+        if not CHECKED_BY_LAUNCH.get():
+            self._check_ranges(where)
+        names = [o.name for o in self.options]
+        if len(set(names)) != len(names):
+            raise DeclarationError(f"{where}: duplicate option names in {names}")
+        if not isinstance(self.default, bool):
+            raise DeclarationError(f"{where}: default must be True or False, got {self.default!r}")
+
+    def _check_ranges(self, where: str) -> None:
+        """Parse ``engine`` and ``fixed_in`` (packaging). Raises DeclarationError."""
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         if self.engine:
             try:
                 EngineRange.parse(self.engine)
@@ -177,11 +197,6 @@ class Feature:
             except InvalidSpecifier:
                 raise DeclarationError(
                     f"{where}: fixed_in {self.fixed_in!r} is not a version range like '>=0.5.30'") from None
-        names = [o.name for o in self.options]
-        if len(set(names)) != len(names):
-            raise DeclarationError(f"{where}: duplicate option names in {names}")
-        if not isinstance(self.default, bool):
-            raise DeclarationError(f"{where}: default must be True or False, got {self.default!r}")
 
     @property
     def flag(self) -> str:

@@ -15,7 +15,7 @@ import types
 from pathlib import Path
 from typing import Sequence
 
-from ._declare import Feature
+from ._declare import CHECKED_BY_LAUNCH, Feature
 from ._names import RESERVED_KEYS, suggest
 from ._errors import DeclarationError
 from ._fingerprint import check_volatile_declarations
@@ -67,16 +67,27 @@ def feature_entry_points() -> list[tuple[str, str]]:
     return [(ep.name, ep.value) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
 
 
-def discover(features_dir: Path | None, *,
-             entry_points: bool | list[tuple[str, str]] = True) -> tuple[Feature, ...]:
+def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, str]] = True,
+             checked: bool = False) -> tuple[Feature, ...]:
     """Load every feature: ``*.py`` in ``features_dir`` (sorted, ``_``-prefixed files skipped) and
     the entry points of group ``dsv41_flags.features`` (``entry_points``: True = scan the installed
     distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot).
+
+    ``checked``: the launching process already checked these declarations (a child re-reading
+    the launch's feature set): their version ranges are not parsed again (``CHECKED_BY_LAUNCH``).
 
     Returns features sorted by name. Raises DeclarationError naming the file (or entry point) on
     a module that fails to import, declares nothing, declares a duplicate name or key, or a
     volatile name that matches no flag, option or engine variable prefix.
     """
+    token = CHECKED_BY_LAUNCH.set(checked)
+    try:
+        return _discover(features_dir, entry_points)
+    finally:
+        CHECKED_BY_LAUNCH.reset(token)
+
+
+def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, str]]) -> tuple[Feature, ...]:
     features: list[Feature] = []
     if features_dir is not None and features_dir.is_dir():
         for path in sorted(features_dir.glob("*.py")):

@@ -8,9 +8,6 @@ import importlib.metadata
 import inspect
 from types import ModuleType
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
-
 from ._declare import Feature
 
 
@@ -28,6 +25,8 @@ def version_problem(feature: Feature) -> str | None:
     """A sentence when the installed engine is outside ``feature.engine``, else None."""
     if not feature.engine:
         return None
+    from packaging.version import InvalidVersion, Version
+
     req = feature.engine_requirement
     version = engine_version(feature)
     if version is None:
@@ -47,6 +46,9 @@ def fixed_upstream(feature: Feature) -> str | None:
     version = engine_version(feature)
     if version is None:
         return None
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     try:
         if SpecifierSet(feature.fixed_in).contains(Version(version), prereleases=True):
             return (f"{feature.engine_requirement.name} {version} is in fixed_in {feature.fixed_in}: "

@@ -327,7 +327,8 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
             configure(resolution.reserved.get("LOG_FORMAT", "auto"),
                       resolution.reserved.get("LOG_LEVEL", "info"))
         fdir = features_dir or (Path(snap["features_dir"]) if snap.get("features_dir") else None)
-        features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])])
+        features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])],
+                            checked=True)
         rt = Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
                      features_dir=fdir, from_snapshot=True)
         rt.launch_env = dict(snap.get("env", {}))
