@@ -1,26 +1,216 @@
-"""structlog configuration and the process-context processor.
+"""structlog configuration, the process-context processor and the never-raising log pipeline.
 
 Configured once per process (by ``activate``), before any feature module is imported: JSON lines
 when stderr is not a terminal, structlog's console renderer when it is. If the host application
 already configured structlog, its configuration is kept and our events go through it.
+
+Logging never breaks the host (issue 13, inputs 9 and 10):
+
+* every line goes to the stream that is ``sys.stderr`` *at write time* (``StderrLogger``): a host
+  that replaces ``sys.stderr`` after activation is honoured;
+* JSON lines are strict JSON whatever a feature logs (``strict_dumps``: non-finite floats become
+  ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``, non-string keys become strings, unknown objects
+  their ``str``; it never raises);
+* a write, render or processor error is swallowed, counted in ``HEALTH`` and reported once, as a
+  ``log.dropped`` event, on the next line that is written (``HEALTH.as_dict()`` for reports);
+  it is never raised into the caller (an engine import, an install, the rank guard).
 """
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import math
 import multiprocessing
 import os
 import sys
-from typing import Any
+import threading
+from typing import Any, Callable, Iterator
 
 import structlog
 
 LOGGER_NAME = "dsv41_flags"
+_MAX_DEPTH = 32
 
 
+# --------------------------------------------------------------------------- strict JSON
+def _plain(value: Any, depth: int, seen: set[int]) -> Any:
+    """``value`` as plain JSON types (see ``strict_dumps``)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value if type(value) in (str, bool, int) or value is None else _builtin(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return float(value)
+    if depth >= _MAX_DEPTH:
+        return _text(value)
+    if isinstance(value, dict):
+        if id(value) in seen:
+            return "<cycle>"
+        seen.add(id(value))
+        try:
+            return {_key(k): _plain(v, depth + 1, seen) for k, v in list(value.items())}
+        finally:
+            seen.discard(id(value))
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if id(value) in seen:
+            return "<cycle>"
+        seen.add(id(value))
+        try:
+            items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+            return [_plain(v, depth + 1, seen) for v in items]
+        finally:
+            seen.discard(id(value))
+    return _text(value)
+
+
+def _builtin(value: Any) -> Any:
+    """A subclass of str / int (an enum member, a path-like str) as its plain base value."""
+    for base in (bool, int, str):
+        if isinstance(value, base):
+            try:
+                return base(value)
+            except Exception:
+                return _text(value)
+    return _text(value)
+
+
+def _key(key: Any) -> str:
+    """A dict key as a string (``(1, 2)`` -> ``"(1, 2)"``, ``nan`` -> ``"NaN"``)."""
+    if isinstance(key, str):
+        return str(key)
+    plain = _plain(key, _MAX_DEPTH, set())
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _text(value: Any) -> str:
+    """``str(value)``; ``repr`` when ``__str__`` raises; a placeholder when both raise."""
+    for render in (str, repr):
+        try:
+            text = render(value)
+            if isinstance(text, str):
+                return text
+        except Exception:
+            pass
+    return f"<unrepresentable {type(value).__name__}>"
+
+
+def strict_dumps(obj: Any, **kw: Any) -> str:
+    """Serialise ``obj`` as strict JSON (RFC 8259: ``json.loads(s, parse_constant=...)`` never
+    sees ``NaN`` / ``Infinity``). Never raises.
+
+    ``NaN`` / ``inf`` / ``-inf`` -> ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``; dict keys that are
+    not strings -> their text (``(1, 2)`` -> ``"(1, 2)"``); tuples and sets -> lists; any other
+    object -> ``str(obj)``; a cycle -> ``"<cycle>"``; nesting deeper than 32 -> the ``str`` of the
+    rest. ``kw``: ``json.dumps`` keywords (structlog's JSONRenderer passes ``default`` and
+    ``sort_keys``); ``allow_nan`` is forced off. Used as the JSONRenderer's serializer.
+    """
+    kw = {k: v for k, v in kw.items() if k in ("sort_keys", "indent", "separators", "ensure_ascii")}
+    try:
+        return json.dumps(_plain(obj, 0, set()), allow_nan=False, **kw)
+    except Exception as exc:  # the sanitised value is plain JSON: this is a last resort
+        HEALTH.failed("render", exc)
+        return json.dumps({"event": "log.unrenderable", "error": _text(exc)})
+
+
+# ------------------------------------------------------------------------------- health
+class LogHealth:
+    """Process-wide count of log lines lost to a write, render or processor error.
+
+    failures: lines lost so far; reported: how many of them a ``log.dropped`` event has already
+    reported; last_error: ``"<kind>: <ExcType>: <message>"`` of the latest failure. Part of the
+    process's log pipeline (like structlog's own configuration): reset by ``os.fork`` is not needed
+    (a forked child inherits the counts of its parent, which it may report).
+    """
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.reported = 0
+        self.last_error = ""
+        self.reporting = False
+        self._lock = threading.Lock()
+
+    def failed(self, kind: str, exc: BaseException) -> None:
+        """Count one lost line (``kind``: write | render | processor)."""
+        with self._lock:
+            self.failures += 1
+            self.last_error = f"{kind}: {type(exc).__name__}: {_text(exc)}"
+
+    @property
+    def unreported(self) -> int:
+        """Lost lines not yet reported by a ``log.dropped`` event."""
+        return self.failures - self.reported
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"dropped", "last_error"}`` for reports."""
+        return {"dropped": self.failures, "last_error": self.last_error}
+
+
+HEALTH = LogHealth()
+
+
+# --------------------------------------------------------------------------------- output
+class StderrLogger:
+    """structlog logger (the sink): writes each rendered line to the stream that is
+    ``sys.stderr`` when the line is written (or to the stream returned by ``stream``), then
+    flushes. A missing, closed or failing stream loses the line, counted in ``HEALTH``; it never
+    raises. Every level method is ``msg``."""
+
+    def __init__(self, stream: Callable[[], Any] | None = None) -> None:
+        self._stream = stream or (lambda: sys.stderr)
+
+    def msg(self, message: Any = "", *args: Any, **kw: Any) -> None:
+        """Write ``message`` and a newline; count instead of raising on failure."""
+        try:
+            stream = self._stream()
+            if stream is None:
+                raise OSError("no stream (sys.stderr is None)")
+            stream.write(f"{message}\n")
+            stream.flush()
+        except Exception as exc:
+            HEALTH.failed("write", exc)
+
+    log = debug = info = warn = warning = error = err = critical = fatal = exception = failure = msg
+
+
+class StderrLoggerFactory:
+    """structlog logger factory: one ``StderrLogger`` for every logger name."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self._logger = StderrLogger(None if stream is None else (lambda: stream))
+
+    def __call__(self, *args: Any) -> StderrLogger:
+        return self._logger
+
+
+def _never_raise(renderer: Callable) -> Callable:
+    """Wrap the final renderer: when it raises, the event is rendered by ``strict_dumps`` with a
+    ``render_error`` field instead (counted in ``HEALTH``)."""
+
+    @functools.wraps(renderer)
+    def render(logger, method_name, event_dict):
+        """Processor: ``renderer(...)``, or a strict JSON line when it raises."""
+        try:
+            return renderer(logger, method_name, event_dict)
+        except Exception as exc:
+            HEALTH.failed("render", exc)
+            return strict_dumps({**event_dict, "render_error": f"{type(exc).__name__}: {_text(exc)}"})
+
+    return render
+
+
+# ------------------------------------------------------------------------------- context
 class ProcessContext:
     """Who says it: ``pid``, ``process`` (name), ``role`` and, once known, ``tp_rank`` /
-    ``pp_rank`` / ``dp_rank``. Owned by the per-process runtime, which binds these fields into every
-    event (binding, not a processor, so that ``structlog.testing.capture_logs`` sees them too)."""
+    ``pp_rank`` / ``dp_rank``. Owned by the per-process runtime.
+
+    It is a structlog processor: the framework's logger runs it first, before the configured
+    chain (ours or the host's, and ``structlog.testing.capture_logs``'s), so ``pid`` and
+    ``process`` are read when the event is emitted (right after a fork too) and fields added
+    later (the ranks) reach every later event without re-binding. Fields the event sets itself
+    win."""
 
     def __init__(self) -> None:
         self.fields: dict[str, Any] = {}
@@ -33,20 +223,106 @@ class ProcessContext:
         """``{"pid", "process", **fields}`` for this process now."""
         return {"pid": os.getpid(), "process": multiprocessing.current_process().name, **self.fields}
 
+    def __call__(self, logger: Any, method_name: str, event_dict: dict) -> dict:
+        """Processor: add the context fields the event does not set itself."""
+        for key, value in self.as_fields().items():
+            event_dict.setdefault(key, value)
+        return event_dict
 
+
+class _ContextThenConfigured:
+    """The framework logger's processor chain: ``first`` (the process context), then whatever
+    chain is configured when the event is emitted (read live, so ``capture_logs`` and a later
+    ``structlog.configure`` apply)."""
+
+    def __init__(self, first: Callable) -> None:
+        self.first = first
+
+    def __iter__(self) -> Iterator[Callable]:
+        yield self.first
+        yield from structlog.get_config()["processors"]
+
+    def __len__(self) -> int:
+        return 1 + len(structlog.get_config()["processors"])
+
+    def __repr__(self) -> str:
+        return f"<{self.first!r} + configured processors>"
+
+
+@functools.lru_cache(maxsize=None)
+def _safe_wrapper(base: type) -> type:
+    """A subclass of the configured bound-logger class whose ``_proxy_to_logger`` (every level
+    method goes through it) never raises, and reports lost lines once when a line goes through."""
+
+    class Safe(base):  # type: ignore[misc, valid-type]
+        def _proxy_to_logger(self, method_name, event=None, **event_kw):
+            before = HEALTH.failures
+            try:
+                result = super()._proxy_to_logger(method_name, event, **event_kw)
+            except Exception as exc:
+                HEALTH.failed("processor", exc)
+                return None
+            if HEALTH.unreported and HEALTH.failures == before and not HEALTH.reporting:
+                _report_dropped(super()._proxy_to_logger)
+            return result
+
+    Safe.__name__ = Safe.__qualname__ = f"NeverRaising{base.__name__}"
+    return Safe
+
+
+def _report_dropped(emit: Callable) -> None:
+    """Emit ``log.dropped`` (how many lines were lost, the last error) through ``emit``; marked
+    reported only when that line itself went through."""
+    HEALTH.reporting = True
+    try:
+        failures, before = HEALTH.failures, HEALTH.failures
+        emit("warning", "log.dropped", dropped=failures - HEALTH.reported, total=failures,
+             last_error=HEALTH.last_error)
+        if HEALTH.failures == before:
+            HEALTH.reported = failures
+    except Exception as exc:
+        HEALTH.failed("processor", exc)
+    finally:
+        HEALTH.reporting = False
+
+
+def _context_only(logger: Any, method_name: str, event_dict: dict) -> dict:
+    """Processor for events without a runtime: ``pid`` and ``process``."""
+    event_dict.setdefault("pid", os.getpid())
+    event_dict.setdefault("process", multiprocessing.current_process().name)
+    return event_dict
+
+
+def get_logger(context: ProcessContext | None = None, **bound: Any):
+    """The framework's logger: ``context`` (or pid/process only) added by a processor, then the
+    configured chain; every level method never raises (errors are counted in ``HEALTH``).
+    ``bound``: fields bound into every event. Safe to call before ``configure`` and before any
+    runtime exists (e.g. for ``flags.error``)."""
+    wrapper = _safe_wrapper(structlog.get_config()["wrapper_class"])
+    return structlog.wrap_logger(None, processors=_ContextThenConfigured(context or _context_only),
+                                 wrapper_class=wrapper, cache_logger_on_first_use=False,
+                                 logger_factory_args=(LOGGER_NAME,), **bound)
+
+
+# ------------------------------------------------------------------------------ configure
 def configure(log_format: str = "auto", level: str = "info", stream=None) -> bool:
     """Configure structlog for this process unless it is already configured.
 
-    log_format: ``auto`` (console on a terminal, JSON otherwise), ``json`` or ``console``.
-    level: debug | info | warning | error. Returns True when this call configured structlog.
+    log_format: ``auto`` (console when ``sys.stderr`` is a terminal now, JSON otherwise),
+    ``json`` or ``console``. level: debug | info | warning | error. stream: a fixed stream (tests);
+    default: whatever ``sys.stderr`` is at each write. Returns True when this call configured
+    structlog.
     """
-    stream = sys.stderr if stream is None else stream
     if structlog.is_configured():
         return False
     if log_format == "auto":
-        log_format = "console" if getattr(stream, "isatty", lambda: False)() else "json"
+        probe = sys.stderr if stream is None else stream
+        try:
+            log_format = "console" if probe is not None and probe.isatty() else "json"
+        except Exception:  # closed or odd stream
+            log_format = "json"
     renderer = (structlog.dev.ConsoleRenderer() if log_format == "console"
-                else structlog.processors.JSONRenderer(sort_keys=False, default=str))
+                else structlog.processors.JSONRenderer(serializer=strict_dumps))
     processors = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -55,16 +331,11 @@ def configure(log_format: str = "auto", level: str = "info", stream=None) -> boo
     ]
     if log_format != "console":
         processors.append(structlog.processors.format_exc_info)
-    processors.append(renderer)
+    processors.append(_never_raise(renderer))
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        logger_factory=StderrLoggerFactory(stream),
         cache_logger_on_first_use=False,
     )
     return True
-
-
-def get_logger(**bound: Any):
-    """The framework's logger, bound with ``bound`` fields."""
-    return structlog.get_logger(LOGGER_NAME).bind(**bound) if bound else structlog.get_logger(LOGGER_NAME)

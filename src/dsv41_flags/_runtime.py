@@ -21,7 +21,7 @@ from ._declare import Feature
 from ._discovery import discover, install_order
 from ._drift import fixed_upstream, missing_on, version_problem
 from ._errors import DriftError, FlagsError
-from ._events import ProcessContext, configure, get_logger
+from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute
 from ._hooks import register_post_import_hook
 from ._patch import InstallContext, Ledger
@@ -98,8 +98,10 @@ class Runtime:
     # ------------------------------------------------------------------ events
     @property
     def log(self):
-        """The framework logger bound with this process's context fields."""
-        return get_logger(**self.context.as_fields())
+        """The framework logger: this runtime's ``context`` is added to every event by a
+        processor (pid, process, role, ranks as they are when the event is emitted); it never
+        raises (see ``_events``)."""
+        return get_logger(self.context)
 
     # ------------------------------------------------------------------ flags
     @property
@@ -280,6 +282,7 @@ class Runtime:
             "fingerprint": self.fingerprint.digest,
             "notes": list(self.resolution.notes),
             "warnings": [p.message for p in self.resolution.warnings],
+            **({"log_dropped": LOG_HEALTH.as_dict()} if LOG_HEALTH.failures else {}),
         }
 
     # ------------------------------------------------------------------ snapshot
