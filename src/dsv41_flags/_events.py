@@ -12,8 +12,10 @@ Logging never breaks the host (issue 13, inputs 9 and 10):
   ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``, non-string keys become strings, unknown objects
   their ``str``; it never raises);
 * a write, render or processor error is swallowed, counted in ``HEALTH`` and reported once, as a
-  ``log.dropped`` event, on the next line that is written (``HEALTH.as_dict()`` for reports);
-  it is never raised into the caller (an engine import, an install, the rank guard).
+  ``log.errors`` event, on the next line that goes through (``HEALTH.as_dict()`` in the runtime's
+  report); it is never raised into the caller (an engine import, an install, the rank guard). A
+  line whose renderer raised is still written, as strict JSON with a ``render_error`` field; a
+  line that could not be written is lost.
 """
 from __future__ import annotations
 
@@ -117,9 +119,9 @@ def strict_dumps(obj: Any, **kw: Any) -> str:
 
 # ------------------------------------------------------------------------------- health
 class LogHealth:
-    """Process-wide count of log lines lost to a write, render or processor error.
+    """Process-wide count of log lines hit by a write, render or processor error.
 
-    failures: lines lost so far; reported: how many of them a ``log.dropped`` event has already
+    failures: such lines so far; reported: how many of them a ``log.errors`` event has already
     reported; last_error: ``"<kind>: <ExcType>: <message>"`` of the latest failure. Part of the
     process's log pipeline (like structlog's own configuration): reset by ``os.fork`` is not needed
     (a forked child inherits the counts of its parent, which it may report).
@@ -133,19 +135,19 @@ class LogHealth:
         self._lock = threading.Lock()
 
     def failed(self, kind: str, exc: BaseException) -> None:
-        """Count one lost line (``kind``: write | render | processor)."""
+        """Count one line hit by an error (``kind``: write | render | processor)."""
         with self._lock:
             self.failures += 1
             self.last_error = f"{kind}: {type(exc).__name__}: {_text(exc)}"
 
     @property
     def unreported(self) -> int:
-        """Lost lines not yet reported by a ``log.dropped`` event."""
+        """Lines with an error not yet reported by a ``log.errors`` event."""
         return self.failures - self.reported
 
     def as_dict(self) -> dict[str, Any]:
-        """``{"dropped", "last_error"}`` for reports."""
-        return {"dropped": self.failures, "last_error": self.last_error}
+        """``{"errors", "last_error"}`` for reports."""
+        return {"errors": self.failures, "last_error": self.last_error}
 
 
 HEALTH = LogHealth()
@@ -193,7 +195,7 @@ def _never_raise(renderer: Callable) -> Callable:
     def render(logger, method_name, event_dict):
         """Processor: ``renderer(...)``, or a strict JSON line when it raises."""
         try:
-            return renderer(logger, method_name, event_dict)
+            return renderer(logger, method_name, dict(event_dict))  # renderers pop keys
         except Exception as exc:
             HEALTH.failed("render", exc)
             return strict_dumps({**event_dict, "render_error": f"{type(exc).__name__}: {_text(exc)}"})
@@ -271,12 +273,13 @@ def _safe_wrapper(base: type) -> type:
 
 
 def _report_dropped(emit: Callable) -> None:
-    """Emit ``log.dropped`` (how many lines were lost, the last error) through ``emit``; marked
+    """Emit ``log.errors`` (how many lines failed since the last report, the last error) through
+    ``emit``; marked
     reported only when that line itself went through."""
     HEALTH.reporting = True
     try:
         failures, before = HEALTH.failures, HEALTH.failures
-        emit("warning", "log.dropped", dropped=failures - HEALTH.reported, total=failures,
+        emit("warning", "log.errors", errors=failures - HEALTH.reported, total=failures,
              last_error=HEALTH.last_error)
         if HEALTH.failures == before:
             HEALTH.reported = failures

@@ -282,7 +282,7 @@ class Runtime:
             "fingerprint": self.fingerprint.digest,
             "notes": list(self.resolution.notes),
             "warnings": [p.message for p in self.resolution.warnings],
-            **({"log_dropped": LOG_HEALTH.as_dict()} if LOG_HEALTH.failures else {}),
+            **({"log_errors": LOG_HEALTH.as_dict()} if LOG_HEALTH.failures else {}),
         }
 
     # ------------------------------------------------------------------ snapshot

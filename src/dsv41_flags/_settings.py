@@ -13,7 +13,6 @@ Default settings search (first that applies):
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tomllib
@@ -235,19 +234,12 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
             PROFILE_VAR, origin,
             f"profile {profile!r} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
-    # Dynaconf's env loader reads os.environ: an explicit or cleaned mapping is put in place for
-    # the load (single-threaded at that point: process start, CLI, tests)
-    if environ is os.environ and not ignored:
-        scope = contextlib.nullcontext()
-    else:
-        from unittest import mock
-
-        clean = {k: v for k, v in environ.items() if k not in ignored}
-        scope = mock.patch.dict(os.environ, clean, clear=True)
+    # Dynaconf reads the files only (no env loader, no variable of its own): the variable layer is
+    # read from ``environ`` by ``_history``, so os.environ is never swapped nor written (other
+    # threads keep their variables; issue 13 input 11)
     try:
-        with scope:
-            settings = _dynaconf(profile, files)
-            settings.as_dict()  # force the lazy load here, where errors can be attributed
+        settings = _dynaconf(profile, files)
+        settings.as_dict()  # force the load here, where errors can be attributed
     except Exception as exc:  # Dynaconf raises many kinds; attribute them to the files
         raise SettingsError([Problem("SETTINGS", ", ".join(map(str, files)),
                                      f"loading {', '.join(map(str, files))} failed: "
@@ -255,19 +247,48 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     return settings, profile, profiles, tuple(notes)
 
 
-def _dynaconf(profile: str, files: list[Path]):
-    from dynaconf import Dynaconf
+def _files_only_settings():
+    """Dynaconf's ``Settings`` class, blind to the process environment: its ``environ`` (read for
+    Dynaconf's own ``*_FOR_DYNACONF`` variables) is empty and its settings file is the one passed,
+    never ``SETTINGS_FILE_FOR_DYNACONF``. With ``LOADERS_FOR_DYNACONF=[]`` (no env loader) it loads
+    the TOML files alone and never reads, writes or swaps ``os.environ``."""
+    from dynaconf.base import Settings
 
-    return Dynaconf(
-        envvar_prefix=ENV_PREFIX.rstrip("_"), environments=True, force_env=profile,
-        env_switcher=PROFILE_VAR, settings_files=[str(f) for f in files], merge_enabled=True,
-        load_dotenv=False, core_loaders=["TOML"], auto_cast=False,
+    class FilesOnlySettings(Settings):
+        """Dynaconf settings loaded from files only (see ``_files_only_settings``)."""
+
+        @property
+        def environ(self):
+            return {}
+
+        @property
+        def settings_module(self):
+            return self.SETTINGS_FILE_FOR_DYNACONF
+
+    return FilesOnlySettings
+
+
+def _dynaconf(profile: str, files: list[Path]):
+    """Load ``files`` for ``profile`` with Dynaconf: ``[default]`` + the profile's section, merged,
+    ``settings.local.toml`` companions included, provenance in ``get_history`` (loader ``toml``).
+    Every Dynaconf setting that could come from the environment is pinned here."""
+    return _files_only_settings()(
+        SETTINGS_FILE_FOR_DYNACONF=[str(f) for f in files], ENVIRONMENTS_FOR_DYNACONF=True,
+        FORCE_ENV_FOR_DYNACONF=profile, ENV_FOR_DYNACONF=profile, DEFAULT_ENV_FOR_DYNACONF="DEFAULT",
+        ENVVAR_PREFIX_FOR_DYNACONF=ENV_PREFIX.rstrip("_"), LOADERS_FOR_DYNACONF=[],
+        CORE_LOADERS_FOR_DYNACONF=["TOML"], MERGE_ENABLED_FOR_DYNACONF=True,
+        LOAD_DOTENV_FOR_DYNACONF=False, AUTO_CAST_FOR_DYNACONF=False,
+        SYSENV_FALLBACK_FOR_DYNACONF=False, INCLUDES_FOR_DYNACONF=[], PRELOAD_FOR_DYNACONF=[],
+        SECRETS_FOR_DYNACONF=None, ROOT_PATH_FOR_DYNACONF=None, SKIP_FILES_FOR_DYNACONF=[],
+        REDIS_ENABLED_FOR_DYNACONF=False, VAULT_ENABLED_FOR_DYNACONF=False,
+        ENCODING_FOR_DYNACONF="utf-8", SILENT_ERRORS_FOR_DYNACONF=True,
     )
 
 
 # ---------------------------------------------------------------------------- resolution
 def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
-    """``[(source, raw)]`` for ``key`` from Dynaconf's history, raw variable text for variables."""
+    """``[(source, raw)]`` for ``key``, lowest precedence first: the files' values from Dynaconf's
+    history, then ``DSV41_<KEY>`` from ``environ`` (raw text) when set."""
     from dynaconf.utils.inspect import get_history
 
     out = []
@@ -278,9 +299,9 @@ def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, 
     for entry in entries:
         if entry["loader"] == "toml":
             out.append((f"{entry['identifier']} [{entry['env']}]", entry["value"]))
-        elif entry["loader"].startswith("env"):
-            var = ENV_PREFIX + key
-            out.append((f"env {var}", environ.get(var, entry["value"])))
+    var = ENV_PREFIX + key
+    if var in environ:  # the variable layer: highest precedence, its raw text
+        out.append((f"env {var}", environ[var]))
     return out
 
 
