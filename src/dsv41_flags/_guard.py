@@ -2,10 +2,18 @@
 resolution, or the engine hangs or computes garbage instead of failing.
 
 When the engine's torch.distributed world is initialised, the ranks all-gather (torch.distributed
-``all_gather_object`` over the CPU group) a digest of their armed features and non-volatile
-resolution; a mismatch raises (``rank_guard = "raise"``) or only warns (``"warn"``), with a table
-of which rank differs in which key. In sglang processes it is wired through sglang's own
-HookRegistry (an AFTER hook on ``initialize_model_parallel``), so no import finder is added.
+``all_gather_object`` over the CPU group) a digest of their armed features, non-volatile
+resolution and guard mode; a mismatch raises (``rank_guard = "raise"``) or only warns
+(``"warn"``), with a table of which rank differs in which key. In sglang processes it is wired
+through sglang's own HookRegistry (an AFTER hook on ``initialize_model_parallel``), so no import
+finder is added.
+
+Hang-free (issue 13, input 12): the guard mode is part of the launch's resolution (reserved
+setting ``RANK_GUARD``, handed to children in the snapshot), every rank joins the collective
+whatever its own mode (``off`` only silences the report), and the mode itself is compared like any
+other key. After the gather every rank acts on the same effective mode, the strictest any rank
+holds (``raise`` > ``warn`` > ``off``), so no rank goes on into the engine's next collective while
+another stops.
 """
 from __future__ import annotations
 
@@ -29,32 +37,51 @@ class RankMismatchError(FlagsError, RuntimeError):
         super().__init__(message)
 
 
-def rank_view(runtime) -> dict:
+MODES = ("off", "warn", "raise")
+
+
+def guard_mode(runtime) -> str:
+    """This rank's guard mode: the launch's ``RANK_GUARD`` reserved setting (``raise`` default)."""
+    mode = runtime.resolution.reserved.get("RANK_GUARD", "raise")
+    return mode if mode in MODES else "raise"
+
+
+def rank_view(runtime, mode: str | None = None) -> dict:
     """What must agree across ranks: armed feature names, every flag (volatile or not: a flag
-    decides which patches exist) and every non-volatile option."""
+    decides which patches exist), every non-volatile option and the guard mode (``mode``, default
+    ``guard_mode(runtime)``); ``digest`` is sha256 over all of it."""
     volatile = volatile_names(runtime.resolution, list(runtime.features.values()))
     values = {k: r.value for k, r in sorted(runtime.resolution.values.items())
               if r.option is None or ENV_PREFIX + k not in volatile}
     view = {"armed": [f.name for f in runtime.armed()], "features": sorted(runtime.features),
+            "rank_guard": mode or guard_mode(runtime),
             "values": json.loads(json.dumps(values, default=list))}
     view["digest"] = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()
     return view
 
 
 def compare(views: list[dict]) -> list[tuple[str, dict[int, Any]]]:
-    """Keys whose value differs between ranks: ``[(key, {rank: value})]`` (empty when all agree)."""
+    """Keys whose value differs between ranks: ``[(key, {rank: value})]`` (empty when all agree).
+    ``rank_guard`` (the mode) is one of the keys."""
     if len({v["digest"] for v in views}) == 1:
         return []
     table = []
-    for part in ("armed", "features"):
-        if len({json.dumps(v[part]) for v in views}) > 1:
-            table.append((part, {rank: v[part] for rank, v in enumerate(views)}))
+    for part in ("armed", "features", "rank_guard"):
+        if len({json.dumps(v.get(part)) for v in views}) > 1:
+            table.append((part, {rank: v.get(part) for rank, v in enumerate(views)}))
     keys = sorted(set().union(*(v["values"] for v in views)))
     for key in keys:
         per_rank = {rank: v["values"].get(key, "<undeclared>") for rank, v in enumerate(views)}
         if len({json.dumps(x) for x in per_rank.values()}) > 1:
             table.append((key, per_rank))
     return table
+
+
+def effective_mode(views: list[dict]) -> str:
+    """The strictest mode any rank holds (``raise`` > ``warn`` > ``off``): the same on every
+    rank, so all ranks stop or all go on."""
+    return max((v.get("rank_guard", "raise") for v in views),
+               key=lambda m: MODES.index(m) if m in MODES else len(MODES))
 
 
 def format_table(table: list[tuple[str, dict[int, Any]]]) -> str:
@@ -66,37 +93,42 @@ def format_table(table: list[tuple[str, dict[int, Any]]]) -> str:
 def check_ranks(runtime, group=None, mode: str | None = None) -> list[tuple[str, dict[int, Any]]]:
     """All-gather this rank's view over ``group`` (default: the whole world) and compare.
 
-    mode: ``raise`` | ``warn`` | ``off`` (default: the RANK_GUARD setting). Emits ``ranks.agree``
-    or ``ranks.mismatch``. Raises RankMismatchError in ``raise`` mode when ranks differ. Every
-    rank of the group must call it (it is a collective).
+    mode: this rank's ``raise`` | ``warn`` | ``off`` (default: the launch's RANK_GUARD setting).
+    Every rank joins the gather whatever its mode (it is a collective: a rank that skipped it
+    would leave the others blocked). Then every rank acts on ``effective_mode``: ``off`` on every
+    rank -> nothing is reported; otherwise emits ``ranks.agree`` or ``ranks.mismatch`` (a
+    disagreement on the mode is a row of the table). Raises RankMismatchError when ranks differ
+    and the effective mode is ``raise``. Returns the table (empty when all agree).
     """
     import torch.distributed as dist
 
-    mode = mode or runtime.resolution.reserved.get("RANK_GUARD", "raise")
-    if mode == "off" or not dist.is_available() or not dist.is_initialized():
+    if not dist.is_available() or not dist.is_initialized():
         return []
+    mine = mode or guard_mode(runtime)
     views: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(views, rank_view(runtime), group=group)
+    dist.all_gather_object(views, rank_view(runtime, mine), group=group)
     table = compare(views)
     rank = dist.get_rank(group)
+    effective = effective_mode(views)
+    if effective == "off":
+        return table
     if not table:
-        runtime.log.info("ranks.agree", ranks=len(views), digest=views[0]["digest"], rank=rank)
+        runtime.log.info("ranks.agree", ranks=len(views), digest=views[0]["digest"], rank=rank,
+                         mode=effective)
         return table
     text = format_table(table)
     runtime.log.error("ranks.mismatch", ranks=len(views), keys=[k for k, _ in table], table=text,
-                      mode=mode, rank=rank)
-    if mode == "raise":
-        raise RankMismatchError(f"ranks disagree on dsv41_flags settings (rank_guard = raise):\n{text}",
-                                table)
+                      mode=effective, local_mode=mine, rank=rank)
+    if effective == "raise":
+        raise RankMismatchError(f"ranks disagree on dsv41_flags settings (rank_guard = raise on at "
+                                f"least one rank):\n{text}", table)
     return table
 
 
 def register_sglang_guard(runtime) -> bool:
     """Register ``check_ranks`` as an AFTER hook on sglang's ``initialize_model_parallel`` through
-    sglang's HookRegistry (applied by ``load_plugins()``). Returns False when sglang's plugin
-    system is not importable or the guard is off."""
-    if runtime.resolution.reserved.get("RANK_GUARD", "raise") == "off":
-        return False
+    sglang's HookRegistry (applied by ``load_plugins()``), whatever the local guard mode: every
+    rank must join the gather. Returns False when sglang's plugin system is not importable."""
     try:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     except ImportError:

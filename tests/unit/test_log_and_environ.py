@@ -273,3 +273,24 @@ def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
     assert amb["AUTOTUNE_KEEP"].value is False and amb["AUTOTUNE_KEEP"].chain[-1] == (
         "env DSV41_AUTOTUNE_KEEP", "0")
     assert any("SETTINGS_FILE_FOR_DYNACONF" in n for n in ambient.resolution.notes)
+
+
+# --------------------------------------------------------------------------------- input 12
+def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime):
+    """Input 12 (logic; the engine tier runs it on 2 gloo ranks through sglang's own path): the
+    mode is part of the view, a disagreement on it is a row of the table, and every rank acts on
+    the strictest mode any rank holds."""
+    from dsv41_flags._guard import compare, effective_mode, rank_view
+
+    on = make_runtime("[default]\nautotune_keep = true\nrank_guard = \"raise\"\n")
+    off = make_runtime("[default]\nautotune_keep = true\nrank_guard = \"off\"\n")
+    views = [rank_view(on), rank_view(off)]
+    assert [v["rank_guard"] for v in views] == ["raise", "off"]
+    assert compare(views) == [("rank_guard", {0: "raise", 1: "off"})]
+    assert effective_mode(views) == "raise"
+    assert effective_mode([rank_view(off), rank_view(off)]) == "off"
+    assert compare([rank_view(off), rank_view(off)]) == []
+    warn = make_runtime("[default]\nautotune_keep = false\n", env={"DSV41_RANK_GUARD": "warn"})
+    assert effective_mode([rank_view(off), rank_view(warn)]) == "warn"
+    assert [k for k, _ in compare([rank_view(on), rank_view(warn)])] == [
+        "armed", "rank_guard", "AUTOTUNE_KEEP"]
