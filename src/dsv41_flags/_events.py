@@ -26,7 +26,6 @@ import math
 import multiprocessing
 import os
 import sys
-import threading
 from typing import Any, Callable, Iterator
 
 import structlog
@@ -123,8 +122,8 @@ class LogHealth:
 
     failures: such lines so far; reported: how many of them a ``log.errors`` event has already
     reported; last_error: ``"<kind>: <ExcType>: <message>"`` of the latest failure. Part of the
-    process's log pipeline (like structlog's own configuration): reset by ``os.fork`` is not needed
-    (a forked child inherits the counts of its parent, which it may report).
+    process's log pipeline, like structlog's own configuration (a forked child inherits the counts
+    of its parent).
     """
 
     def __init__(self) -> None:
@@ -132,13 +131,12 @@ class LogHealth:
         self.reported = 0
         self.last_error = ""
         self.reporting = False
-        self._lock = threading.Lock()
 
     def failed(self, kind: str, exc: BaseException) -> None:
-        """Count one line hit by an error (``kind``: write | render | processor)."""
-        with self._lock:
-            self.failures += 1
-            self.last_error = f"{kind}: {type(exc).__name__}: {_text(exc)}"
+        """Count one line hit by an error (``kind``: write | render | processor). Takes no lock
+        (a lock held by another thread at ``os.fork`` would hang the child's next log line)."""
+        self.failures += 1
+        self.last_error = f"{kind}: {type(exc).__name__}: {_text(exc)}"
 
     @property
     def unreported(self) -> int:
