@@ -454,6 +454,10 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                 # an error whatever the strict mode
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}="
                                         f"{environ[name]!r} is {special}: refused; {_DYNACONF_ACCEPTED}"))
+            elif key == "FINGERPRINT":
+                problems.append(Problem(name, f"env {name}", f"environment variable {name}: the "
+                                        f"fingerprint table cannot be set through a variable (set "
+                                        f"[default.fingerprint] in settings.toml)"))
             elif "__" in key:
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}: nested "
                                         f"settings cannot be set through variables (set "

@@ -294,3 +294,12 @@ def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime
     assert effective_mode([rank_view(off), rank_view(warn)]) == "warn"
     assert [k for k, _ in compare([rank_view(on), rank_view(warn)])] == [
         "armed", "rank_guard", "AUTOTUNE_KEEP"]
+
+
+def test_fingerprint_table_through_a_variable_is_refused_not_ignored(make_runtime):
+    """With Dynaconf blind to variables, ``DSV41_FINGERPRINT`` would be silently unread: it is an
+    error naming the variable and where to set the table instead."""
+    from dsv41_flags import SettingsError
+
+    with pytest.raises(SettingsError, match=r"DSV41_FINGERPRINT.*\[default.fingerprint\]"):
+        make_runtime("[default]\n", env={"DSV41_FINGERPRINT": '{volatile = ["X"]}'})
