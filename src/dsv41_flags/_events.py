@@ -266,8 +266,32 @@ def _safe_wrapper(base: type) -> type:
                 _report_dropped(super()._proxy_to_logger)
             return result
 
+    # the level methods of a filtering logger format ``event % args`` before _proxy_to_logger:
+    # ``log.info("rate %d", "abc")`` must not raise either
+    for name in _LEVEL_METHODS:
+        method = getattr(base, name, None)
+        if callable(method):
+            setattr(Safe, name, _guarded(method))
     Safe.__name__ = Safe.__qualname__ = f"NeverRaising{base.__name__}"
     return Safe
+
+
+_LEVEL_METHODS = ("debug", "info", "warning", "warn", "error", "err", "critical", "fatal",
+                  "exception", "msg", "log")
+
+
+def _guarded(method: Callable) -> Callable:
+    """``method`` (a bound-logger level method) made never-raising: errors counted."""
+
+    @functools.wraps(method)
+    def call(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return method(self, *args, **kw)
+        except Exception as exc:
+            HEALTH.failed("render", exc)
+            return None
+
+    return call
 
 
 def _report_dropped(emit: Callable) -> None:

@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from ._errors import FlagsError
+from ._events import get_logger
 from ._fingerprint import volatile_names
 from ._declare import ENV_PREFIX
 
@@ -60,6 +61,15 @@ def rank_view(runtime, mode: str | None = None) -> dict:
     return view
 
 
+def unavailable_view(reason: str) -> dict:
+    """The view of a rank where dsv41_flags has no runtime (activation failed and the process
+    runs on, non-strict): it still joins the gather, so the other ranks get an answer instead of
+    waiting; its ``armed`` says why, and its mode is ``off`` (it defers to the other ranks')."""
+    view = {"armed": f"<not activated: {reason}>", "features": [], "rank_guard": "off", "values": {}}
+    view["digest"] = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()
+    return view
+
+
 def compare(views: list[dict]) -> list[tuple[str, dict[int, Any]]]:
     """Keys whose value differs between ranks: ``[(key, {rank: value})]`` (empty when all agree).
     ``rank_guard`` (the mode) is one of the keys."""
@@ -90,45 +100,54 @@ def format_table(table: list[tuple[str, dict[int, Any]]]) -> str:
                      for key, per in table)
 
 
-def check_ranks(runtime, group=None, mode: str | None = None) -> list[tuple[str, dict[int, Any]]]:
+def check_ranks(runtime, group=None, mode: str | None = None, *,
+                reason: str = "") -> list[tuple[str, dict[int, Any]]]:
     """All-gather this rank's view over ``group`` (default: the whole world) and compare.
 
-    mode: this rank's ``raise`` | ``warn`` | ``off`` (default: the launch's RANK_GUARD setting).
-    Every rank joins the gather whatever its mode (it is a collective: a rank that skipped it
-    would leave the others blocked). Then every rank acts on ``effective_mode``: ``off`` on every
-    rank -> nothing is reported; otherwise emits ``ranks.agree`` or ``ranks.mismatch`` (a
-    disagreement on the mode is a row of the table). Raises RankMismatchError when ranks differ
-    and the effective mode is ``raise``. Returns the table (empty when all agree).
+    runtime: this process's Runtime, or None when activation failed here (``reason`` says why;
+    the rank still joins, see ``unavailable_view``). mode: this rank's ``raise`` | ``warn`` |
+    ``off`` (default: the launch's RANK_GUARD setting). Every rank joins the gather whatever its
+    mode (it is a collective: a rank that skipped it would leave the others blocked). Then every
+    rank acts on ``effective_mode``: ``off`` on every rank -> nothing is reported; otherwise emits
+    ``ranks.agree`` or ``ranks.mismatch`` (a disagreement on the mode is a row of the table).
+    Raises RankMismatchError when ranks differ and the effective mode is ``raise``. Returns the
+    table (empty when all agree).
     """
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
         return []
-    mine = mode or guard_mode(runtime)
+    if runtime is None:
+        mine, view, log = "off", unavailable_view(reason or "unknown"), get_logger()
+    else:
+        mine = mode or guard_mode(runtime)
+        view, log = rank_view(runtime, mine), runtime.log
     views: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(views, rank_view(runtime, mine), group=group)
+    dist.all_gather_object(views, view, group=group)
     table = compare(views)
     rank = dist.get_rank(group)
     effective = effective_mode(views)
     if effective == "off":
         return table
     if not table:
-        runtime.log.info("ranks.agree", ranks=len(views), digest=views[0]["digest"], rank=rank,
-                         mode=effective)
+        log.info("ranks.agree", ranks=len(views), digest=views[0]["digest"], rank=rank,
+                 mode=effective)
         return table
     text = format_table(table)
-    runtime.log.error("ranks.mismatch", ranks=len(views), keys=[k for k, _ in table], table=text,
-                      mode=effective, local_mode=mine, rank=rank)
+    log.error("ranks.mismatch", ranks=len(views), keys=[k for k, _ in table], table=text,
+              mode=effective, local_mode=mine, rank=rank)
     if effective == "raise":
         raise RankMismatchError(f"ranks disagree on dsv41_flags settings (rank_guard = raise on at "
                                 f"least one rank):\n{text}", table)
     return table
 
 
-def register_sglang_guard(runtime) -> bool:
+def register_sglang_guard(runtime, *, reason: str = "") -> bool:
     """Register ``check_ranks`` as an AFTER hook on sglang's ``initialize_model_parallel`` through
     sglang's HookRegistry (applied by ``load_plugins()``), whatever the local guard mode: every
-    rank must join the gather. Returns False when sglang's plugin system is not importable."""
+    rank must join the gather. ``runtime`` None (activation failed in this process, ``reason``
+    says why): the rank still joins with ``unavailable_view``. Returns False when sglang's plugin
+    system is not importable."""
     try:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     except ImportError:
@@ -138,7 +157,7 @@ def register_sglang_guard(runtime) -> bool:
         """HookRegistry AFTER hook: run the guard over the world's CPU group, keep the result."""
         from sglang.srt.distributed.parallel_state import get_world_group
 
-        check_ranks(runtime, get_world_group().cpu_group)
+        check_ranks(runtime, get_world_group().cpu_group, reason=reason)
         return result
 
     HookRegistry.register(GUARD_TARGET, after, HookType.AFTER)

@@ -183,6 +183,10 @@ def test_a_failing_processor_never_raises_into_the_caller(make_runtime):
         rt.log.info("x")
         rt.log.bind(feature="f").error("y", d={(1, 2): 1})
     assert HEALTH.failures == before + 2 and "host processor bug" in HEALTH.last_error
+    with capture_logs() as logs:
+        rt.log.info("rate %d", "abc")     # positional formatting that fails: counted, not raised
+        rt.log.info("rate %d", 3)
+    assert HEALTH.failures == before + 3 and [e["event"] for e in logs][0] == "rate 3"
     HEALTH.reported = HEALTH.failures  # leave no pending report for other tests
 
 
@@ -294,6 +298,14 @@ def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime
     assert effective_mode([rank_view(off), rank_view(warn)]) == "warn"
     assert [k for k, _ in compare([rank_view(on), rank_view(warn)])] == [
         "armed", "rank_guard", "AUTOTUNE_KEEP"]
+    # a rank whose activation failed (non-strict, no runtime) still answers: a mismatch, and it
+    # defers to the other ranks' mode
+    from dsv41_flags._guard import unavailable_view
+
+    views = [rank_view(on), unavailable_view("SettingsError: bad value")]
+    assert compare(views)[0] == ("armed", {0: ["autotune_keep"],
+                                           1: "<not activated: SettingsError: bad value>"})
+    assert effective_mode(views) == "raise"
 
 
 def test_fingerprint_table_through_a_variable_is_refused_not_ignored(make_runtime):
