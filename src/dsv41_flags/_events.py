@@ -38,6 +38,8 @@ _MAX_DEPTH = 32
 def _plain(value: Any, depth: int, seen: set[int]) -> Any:
     """``value`` as plain JSON types (see ``strict_dumps``)."""
     if value is None or isinstance(value, (str, bool, int)):
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 8192:
+            return f"<int of {value.bit_length()} bits>"  # past Python's int -> str digit limit
         return value if type(value) in (str, bool, int) or value is None else _builtin(value)
     if isinstance(value, float):
         if math.isnan(value):
@@ -45,26 +47,20 @@ def _plain(value: Any, depth: int, seen: set[int]) -> Any:
         if math.isinf(value):
             return "Infinity" if value > 0 else "-Infinity"
         return float(value)
-    if depth >= _MAX_DEPTH:
+    if depth >= _MAX_DEPTH or not isinstance(value, (dict, list, tuple, set, frozenset)):
         return _text(value)
-    if isinstance(value, dict):
-        if id(value) in seen:
-            return "<cycle>"
-        seen.add(id(value))
-        try:
+    if id(value) in seen:
+        return "<cycle>"
+    seen.add(id(value))
+    try:
+        if isinstance(value, dict):
             return {_key(k): _plain(v, depth + 1, seen) for k, v in list(value.items())}
-        finally:
-            seen.discard(id(value))
-    if isinstance(value, (list, tuple, set, frozenset)):
-        if id(value) in seen:
-            return "<cycle>"
-        seen.add(id(value))
-        try:
-            items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
-            return [_plain(v, depth + 1, seen) for v in items]
-        finally:
-            seen.discard(id(value))
-    return _text(value)
+        items = sorted(value, key=_text) if isinstance(value, (set, frozenset)) else list(value)
+        return [_plain(v, depth + 1, seen) for v in items]
+    except Exception:  # a container subclass whose iteration raises
+        return _text(value)
+    finally:
+        seen.discard(id(value))
 
 
 def _builtin(value: Any) -> Any:

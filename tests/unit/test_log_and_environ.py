@@ -315,3 +315,19 @@ def test_fingerprint_table_through_a_variable_is_refused_not_ignored(make_runtim
 
     with pytest.raises(SettingsError, match=r"DSV41_FINGERPRINT.*\[default.fingerprint\]"):
         make_runtime("[default]\n", env={"DSV41_FINGERPRINT": '{volatile = ["X"]}'})
+
+
+def test_strict_dumps_survives_hostile_containers_and_huge_ints():
+    class BadDict(dict):
+        def items(self):
+            raise RuntimeError("no items")
+
+    class Unsortable:
+        def __str__(self):
+            raise RuntimeError("no str")
+        __repr__ = __str__
+
+    out = strict_loads(strict_dumps({"d": BadDict(a=1), "s": {Unsortable(), 1}, "i": 10 ** 5000,
+                                     "k": {frozenset({1}): 2}}))
+    assert out["d"] == "{'a': 1}" and out["i"].startswith("<int of ") and out["k"] == {"frozenset({1})": 2}
+    assert sorted(map(str, out["s"])) == ["1", "<unrepresentable Unsortable>"]
