@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import json
 import os
 import fnmatch
@@ -46,7 +47,8 @@ class EngineFacts:
     prefixes: variable prefix the engine reads -> why; volatile: variable or launch option
     (``--port``) that never changes a tuned kernel -> why; canonical_env: ``environ -> (env,
     notes)``, the variables renamed as the engine reads them (legacy spellings), with a note per
-    renamed or overridden name.
+    renamed or overridden name; canonical_argv: ``argv -> (argv, notes)``, the launch command
+    (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations).
     """
 
     engine: str
@@ -54,6 +56,8 @@ class EngineFacts:
     volatile: Mapping[str, str]
     canonical_env: Callable[[Mapping[str, str]], tuple[dict[str, str], dict[str, str]]] = \
         field(default=lambda environ: (dict(environ), {}))
+    canonical_argv: Callable[[list[str]], tuple[list[str], dict[str, str]]] = \
+        field(default=lambda argv: (list(argv), {}))
 
 
 #: the framework's own variables always enter (by resolved value for flags and options)
@@ -256,7 +260,20 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
     excluded: dict[str, str] = {}
     included: dict[str, str] = {"argv": "the launch command as [program, *args], volatile options "
                                         "left out"}
-    argv_part = _strip_argv(normalize_argv(argv), volatile_argv, excluded, volatile)
+    spelled, argv_notes = facts.canonical_argv(normalize_argv(argv))
+    if volatile_argv:
+        # the engine respells options (aliases, abbreviations): respell the volatile ones alike
+        head = list(itertools.takewhile(lambda t: not t.startswith("-"), spelled))
+        names = sorted(volatile_argv)
+        respelled = facts.canonical_argv(head + names)[0][len(head):]
+        for old, new in zip(names, respelled):
+            if new != old and new not in volatile_argv:
+                volatile_argv.add(new)
+                volatile.setdefault(new, volatile.get(old, "settings fingerprint.volatile_argv")
+                                    + f" (declared as {old})")
+    argv_part = _strip_argv(spelled, volatile_argv, excluded, volatile)
+    if argv_notes:
+        included["argv"] += "; " + "; ".join(f"{k}: {v}" for k, v in sorted(argv_notes.items()))
 
     setting_vars = {ENV_PREFIX + k for k in resolution.values}
     reserved_vars = {ENV_PREFIX + k for k in RESERVED_KEYS}

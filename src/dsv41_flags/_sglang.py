@@ -22,10 +22,15 @@ engine contributes to the launch fingerprint (``FINGERPRINT``), read from sglang
   bootstrap servers, gated launch, remote weight loader). ``--nnodes`` and every size stay in: the
   nodes of one launch agree on them.
 
+- **Option spellings** (``canonical_argv``): for sglang's launchers, aliases and unique
+  abbreviations become the canonical option, as sglang's argparse parser reads them (``--tp 16``
+  is ``--tp-size 16``); the option table is read from the installed source (``server_options``).
+
 An operator's ``[default.fingerprint]`` table adds to these; it never has to repeat them.
 """
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 from ._fingerprint import EngineFacts
@@ -126,9 +131,114 @@ def canonical_env(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str,
     return env, notes
 
 
+
+
+# --------------------------------------------------------------------- launch options
+#: programs whose options are sglang's server arguments, as ``normalize_argv`` spells them
+#: (``python -m sglang.launch_server`` / ``.../sglang/launch_server.py``; ``sglang serve``)
+LAUNCHERS = {"sglang.launch_server": 1, "sglang": 2}
+
+
+def _source_root():
+    """sglang's package directory, found without importing it (None when not installed)."""
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+@functools.lru_cache(maxsize=1)
+def server_options() -> dict[str, str]:
+    """Every option string of sglang's server arguments -> its canonical spelling (the first
+    name argparse registers: ``--tensor-parallel-size`` -> ``--tp-size``), read from the
+    installed source without importing it: the ``A[T, ...]`` fields of
+    ``srt/arg_groups/fields/*.py`` (``--field-name``, ``Arg(cli_name=, aliases=, no_cli=)``, as
+    ``arg_utils.add_cli_args_from_dataclass`` registers them) and the ``add_argument`` calls of
+    ``srt/server_args.py``. Empty when sglang is not installed or its source cannot be read."""
+    import ast
+
+    root = _source_root()
+    out: dict[str, str] = {}
+    if root is None:
+        return out
+
+    def register(names: list[str]) -> None:
+        names = [n for n in names if isinstance(n, str) and n.startswith("--")]
+        for name in names:
+            out.setdefault(name, names[0])
+
+    for path in sorted((root / "srt" / "arg_groups" / "fields").glob("*.py")) + [root / "srt" / "server_args.py"]:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if path.name == "server_args.py":
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                    register([a.value for a in node.args if isinstance(a, ast.Constant)])
+                continue
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(node.annotation, ast.Subscript)
+                    and getattr(node.annotation.value, "id", "") == "A"):
+                continue
+            parts = node.annotation.slice.elts if isinstance(node.annotation.slice, ast.Tuple) else []
+            arg = next((p for p in parts[1:] if isinstance(p, ast.Call)
+                        and getattr(p.func, "id", "") == "Arg"), None)
+            if arg is None and not any(isinstance(p, ast.Constant) and isinstance(p.value, str)
+                                       for p in parts[1:]):
+                continue  # no Arg and no help string: not a CLI field
+            kw = {k.arg: k.value for k in (arg.keywords if arg is not None else [])}
+            if isinstance(kw.get("no_cli"), ast.Constant) and kw["no_cli"].value is True:
+                continue
+            cli = kw.get("cli_name")
+            name = cli.value if isinstance(cli, ast.Constant) else "--" + node.target.id.replace("_", "-")
+            aliases = [e.value for e in getattr(kw.get("aliases"), "elts", []) if isinstance(e, ast.Constant)]
+            register([name] + aliases)
+            if getattr(kw.get("action"), "attr", "") == "BooleanOptionalAction":
+                for n in [name] + aliases:  # --no-<name>: its own meaning, its own spelling
+                    out.setdefault("--no-" + n[2:], "--no-" + name[2:])
+    return out
+
+
+def canonical_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """sglang's own spelling of a launch command (``normalize_argv`` form), as its argparse parser
+    reads it: an alias becomes the canonical option (``--tensor-parallel-size`` -> ``--tp-size``)
+    and an abbreviation that is the unique prefix of one option is expanded (``--tp`` ->
+    ``--tp-size``, argparse's ``allow_abbrev``; ``prepare_server_args`` keeps it on). Only for
+    sglang's launchers (``LAUNCHERS``); other commands are returned unchanged. Returns ``(argv,
+    notes)``, notes mapping each respelled option to a sentence."""
+    skip = LAUNCHERS.get(argv[0]) if argv else None
+    if skip is None or (argv[0] == "sglang" and (len(argv) < 2 or argv[1] != "serve")):
+        return list(argv), {}
+    options = server_options()
+    if not options:
+        return list(argv), {}
+    out, notes = list(argv[:skip]), {}
+    for token in argv[skip:]:
+        if token.startswith("--") and len(token) > 2:
+            canon = options.get(token)
+            if canon is None:
+                matches = {options[o] for o in options if o.startswith(token)}
+                canon = matches.pop() if len(matches) == 1 else None
+                how = "abbreviation"
+            else:
+                how = "alias"
+            if canon is not None and canon != token:
+                notes[token] = f"{how} of {canon} (sglang server_args): enters as {canon}"
+                token = canon
+        out.append(token)
+    return out, notes
+
+
 FINGERPRINT = EngineFacts(
     engine=ENGINE,
     prefixes=ENV_PREFIXES,
     volatile={**VOLATILE_ENV, **VOLATILE_ARGV},
     canonical_env=canonical_env,
+    canonical_argv=canonical_argv,
 )

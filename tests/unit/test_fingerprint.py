@@ -241,7 +241,8 @@ def test_nodes_of_one_launch_agree(make_runtime):
                                               "--nccl-port", "29999", "--host", "0.0.0.0",
                                               "--port", "30001"], MINIMAL)
     assert n0.digest == n1.digest == restart.digest
-    assert n0.payload["argv"] == ["sglang.launch_server", "--model-path", "m", "--tp", "16", "--nnodes", "2"]
+    assert n0.payload["argv"] == ["sglang.launch_server", "--model-path", "m", "--tp-size", "16",
+                                  "--nnodes", "2"]
     assert n0.excluded["--node-rank"].startswith("engine default")
     # what the nodes agree on still counts
     other = fp_of(make_runtime, {}, NODE[:-1] + ["4", "--node-rank", "0"], MINIMAL)
@@ -351,3 +352,25 @@ def test_volatile_names_checked_against_the_whole_feature_set(make_runtime, tmp_
     else:
         with pytest.raises(DeclarationError, match="user.py.*volatile"):
             make_runtime("[default]\n", features_dir=feats)
+
+
+def test_sglang_option_spellings_are_one_launch(make_runtime):
+    """Input 11, the kind: sglang's parser reads aliases (--tensor-parallel-size, --ep,
+    --nccl-init-addr) and unique abbreviations (--tp, --node-r) as their options; so does the
+    fingerprint, for sglang's launchers only (the option table is read from sglang's source)."""
+    def fp(args, settings=MINIMAL):
+        return fp_of(make_runtime, {}, ["python", "-m", "sglang.launch_server", *args], settings)
+
+    base = fp(["--model-path", "m", "--tp-size", "16", "--ep-size", "2"])
+    assert fp(["--model", "m", "--tp", "16", "--ep", "2"]).digest == base.digest
+    assert fp(["--model-path", "m", "--tensor-parallel-size=16", "--expert-parallel-size", "2",
+               "--node-r", "1", "--nccl-init-addr", "h:1"]).digest == base.digest
+    assert base.payload["argv"] == ["sglang.launch_server", "--model-path", "m", "--tp-size", "16",
+                                    "--ep-size", "2"]
+    assert "abbreviation of --tp-size" in fp(["--tp", "16"]).included["argv"]
+    # another program's options are left alone
+    other = fp_of(make_runtime, {}, ["serve", "--tp", "16"], MINIMAL)
+    assert other.payload["argv"] == ["serve", "--tp", "16"]
+    # a volatile option declared in settings under an alias is volatile under every spelling
+    text = MINIMAL + '[default.fingerprint]\nvolatile_argv = ["--model"]\n'
+    assert fp(["--model-path", "a"], text).digest == fp(["--model", "b"], text).digest
