@@ -374,3 +374,12 @@ def test_sglang_option_spellings_are_one_launch(make_runtime):
     # a volatile option declared in settings under an alias is volatile under every spelling
     text = MINIMAL + '[default.fingerprint]\nvolatile_argv = ["--model"]\n'
     assert fp(["--model-path", "a"], text).digest == fp(["--model", "b"], text).digest
+
+
+def test_sglang_option_table_text_scan_equals_ast_reading():
+    """The fast text scan of sglang's option declarations reads what ``ast`` reads."""
+    from dsv41_flags import _sglang
+
+    table = _sglang.server_options()
+    assert len(table) > 300 and table["--tensor-parallel-size"] == "--tp-size"
+    assert table == _sglang._server_options_ast()

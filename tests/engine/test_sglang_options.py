@@ -1,0 +1,34 @@
+"""The option table the fingerprint reads from sglang's source (``_sglang.server_options``) is
+the real parser's: every option string of ``ServerArgs.add_cli_args`` and the option it stands
+for (issue 15: aliases and abbreviations hashed as their option)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+
+def test_static_option_table_is_the_live_parser():
+    from sglang.srt.server_args import ServerArgs
+
+    from dsv41_flags._sglang import canonical_argv, server_options
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    live = {}
+    for option, action in parser._option_string_actions.items():
+        if not option.startswith("--") or option == "--help":
+            continue
+        # BooleanOptionalAction registers --x and --no-x on one action: each keeps its meaning
+        negative = option.startswith("--no-") and isinstance(action, argparse.BooleanOptionalAction)
+        live[option] = option if negative else action.option_strings[0]
+    assert server_options() == live
+    # what the parser makes of abbreviations, the fingerprint makes too
+    for abbrev in ("--tp", "--node-r", "--model-p", "--dist-init"):
+        extra = [] if abbrev == "--model-p" else ["--model-path", "m"]  # a required option
+        ns = parser.parse_known_args(extra + [abbrev, "1"])[0]
+        spelled = canonical_argv(["sglang.launch_server", abbrev, "1"])[0][1]
+        dest = parser._option_string_actions[spelled].dest
+        assert str(getattr(ns, dest)) == "1", (abbrev, spelled)
