@@ -9,8 +9,8 @@ import pytest
 from dsv41_flags._runtime import Runtime, build
 
 REPO = Path(__file__).resolve().parents[1]
-FEATURES_DIR = REPO / "features"
-REPO_SETTINGS = REPO / "settings.toml"
+FEATURES_DIR = (REPO / "features").resolve()  # a symlink to the shipped src/dsv41_flags/_data/features
+REPO_SETTINGS = (REPO / "settings.toml").resolve()  # a symlink to the shipped src/dsv41_flags/_data/settings.toml
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
+from typer.core import TyperArgument, TyperGroup
 
 from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
@@ -22,15 +23,60 @@ from ._runtime import Runtime, resolve_launch
 from ._settings import _jsonable
 from ._static import check_feature
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Feature flags for patches applied to a running SGLang engine.")
+
+class _PlainGroup(TyperGroup):
+    """Help as plain text: an argument is shown by its metavar alone (typer would add its Python
+    type, ``<str>``), so every help line reads as the docstrings mean it."""
+
+    def get_command(self, ctx, cmd_name):
+        """The command, its arguments without type labels in help."""
+        cmd = super().get_command(ctx, cmd_name)
+        for param in getattr(cmd, "params", ()):
+            if isinstance(param, TyperArgument):
+                plain = param.metavar or param.name.upper()
+                param.display_type_rich = lambda ctx=None: None
+                # usage: KEY for a required argument, [KEY] for an optional one (typer: {KEY})
+                param._usage_display_name = (lambda plain=plain, p=param: plain if p.required
+                                             else f"[{plain}]")
+        return cmd
+
+
+# rich_markup_mode=None: no markup is interpreted ([tp4] stays [tp4]); click re-wraps paragraphs
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_PlainGroup,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 out = Console(soft_wrap=True, markup=False)
 err = Console(stderr=True, soft_wrap=True, markup=False)
 
-SettingsOpt = typer.Option(None, "--settings", "-s", help="settings file (repeatable); default: "
-                           "DSV41_SETTINGS, else ./settings.toml, else the project's settings.toml")
-ProfileOpt = typer.Option(None, "--profile", "-p", help="profile (default: DSV41_ENV, else default)")
-JsonOpt = typer.Option(False, "--json", help="print JSON on stdout")
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("dsv41-flags")
+        except PackageNotFoundError:
+            v = "unknown (not installed)"
+        out.print(f"dsv41-flags {v}", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Feature flags for patches applied to a running SGLang engine.
+
+    Reads settings.toml (profiles [default], [tp3], ...) and DSV41_* variables, reports which
+    features a boot arms, checks the installed engine for drift, and runs commands with the
+    framework active in every Python process. Exit codes: 0 clean, 1 a problem was found, 2 bad
+    usage."""
+
+
+SettingsOpt = typer.Option(None, "--settings", "-s", metavar="FILE",
+                           help="Settings file (repeatable). Default: DSV41_SETTINGS, else "
+                                "./settings.toml, else the settings.toml shipped in the package.")
+ProfileOpt = typer.Option(None, "--profile", "-p", metavar="NAME",
+                          help="Profile (default: DSV41_ENV, else default).")
+JsonOpt = typer.Option(False, "--json", help="Print JSON on stdout.")
 IMPORT_TIMEOUT_S = 300
 
 
@@ -65,46 +111,35 @@ def _value(resolution, key):
     return r.value if r else None
 
 
-@app.command()
-def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
-           as_json: bool = JsonOpt,
-           argv: Optional[List[str]] = typer.Argument(None, help="launch command line (after --) "
-                                                      "the fingerprint is computed for")) -> None:
-    """Profile, settings files loaded, each feature (flag value + source, state, target, version
-    range, whether its target and required names exist in the installed engine), fingerprint.
+@app.command(short_help="What a boot would arm, with every value and its source.",
+             context_settings={"allow_extra_args": True},
+             options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
+def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
+           profile: Optional[str] = ProfileOpt, as_json: bool = JsonOpt) -> None:
+    """Profile, settings files loaded, each feature (flag value and source, every option's value
+    and source, state, target, version range, whether its target and required names exist in the
+    installed engine), fingerprint.
 
-    The fingerprint is that of the launch command given after ``--`` (an empty one when none is
-    given: it says so, and ``dsv41-flags fingerprint -- CMD`` gives a real launch's).
-    Reads the engine's source, imports nothing of it: state is what a boot would reach before
+    The fingerprint is that of the launch command CMD ARGS given after -- (an empty one when none
+    is given: it says so, and dsv41-flags fingerprint -- CMD gives a real launch's). Reads the
+    engine's source, imports nothing of it: state is what a boot would reach before
     importing targets (off / armed / drifted / fixed-upstream). Exit 1 on settings errors, or
     when an armed feature drifted in strict mode (a boot would stop)."""
     features, resolution, fdir = _load(settings, profile, as_json)
-    launch = list(argv or [])
+    launch = list(ctx.args)
     fp = compute(resolution, features, launch, os.environ)
     fp_for = (f"for the launch command {' '.join(launch)}" if launch else
               "for an empty launch command (the real launch's: dsv41-flags fingerprint -- CMD, "
               "or dsv41-flags status -- CMD)")
-    drift = {f.name: _drift_of(f, fdir) for f in features}
-    # the runtime decides each state (the rules of a boot); the CLI renders them
-    states = {st.name: st for st in Runtime(features, resolution, fp, features_dir=fdir).preview(
-        {name: missing for name, (missing, _) in drift.items()})}
-    rows = []
-    for f in features:
-        st = states[f.name]
-        missing, source = drift[f.name]
-        rows.append({"name": f.name, "state": st.state, "value": st.value, "source": st.source,
-                     "target": f.target, "engine": f.engine, "engine_version": engine_version(f),
-                     "target_found": source is not None, "missing": missing,
-                     "detail": st.detail if st.state == "fixed-upstream" else "",
-                     "options": resolution.options_of(f)})
+    rows = _feature_rows(features, resolution, fdir, fp)
     data = {"profile": resolution.profile, "settings_files": list(resolution.files),
             "features_dir": str(fdir), "fingerprint": fp.digest,
             "fingerprint_for": {"argv": launch, "label": fp_for}, "features": rows,
             "warnings": [p.message for p in resolution.warnings], "notes": list(resolution.notes)}
-    drifted = resolution.strict and any(r["state"] == "drifted" for r in rows)
+    blockers = _boot_blockers(rows, resolution)
     if as_json:
         _emit_json(data)
-        raise typer.Exit(1 if drifted else 0)
+        raise typer.Exit(1 if blockers else 0)
     out.print(f"profile {data['profile']}  fingerprint {fp.digest[:16]}… {fp_for}", highlight=False)
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
               highlight=False)
@@ -112,27 +147,66 @@ def status(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] 
         ok = "ok" if row["target_found"] and not row["missing"] else \
             ("missing: " + "; ".join(row["missing"]))
         out.print(f"  {row['name']:<16} {row['state']:<14} {str(row['value']):<6} "
-                  f"from {row['source']}")
+                  f"from {row['source']}", highlight=False)
+        for name, o in row["options"].items():
+            out.print(f"      option {name} = {o['value']!r}  from {o['source']}", highlight=False)
         out.print(f"      target {row['target']} [{row['engine']}, installed "
-                  f"{row['engine_version'] or 'none'}]: {ok}")
+                  f"{row['engine_version'] or 'none'}]: {ok}", highlight=False)
     for w in data["warnings"]:
         err.print(f"warning: {w}", style="yellow")
     for n in data["notes"]:
         err.print(f"note: {n}")
-    if drifted:
-        err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
+    if blockers:
+        _print_blockers(blockers)
         raise typer.Exit(1)
 
 
-@app.command()
+def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -> list[dict]:
+    """Per feature, what ``status`` shows: the state a boot would reach before importing targets
+    (decided by the runtime's rules, ``Runtime.preview``), flag value and source, ``options``
+    (name -> {value, source}), target, engine range and installed version, static drift
+    (``missing``). ``armed_only``: only features whose flag is on (the ones a boot stops on)."""
+    chosen = [f for f in features if not armed_only or resolution.flag(f)]
+    drift = {f.name: _drift_of(f, fdir) for f in chosen}
+    rt = Runtime(features, resolution, fp, features_dir=fdir)
+    states = {st.name: st for st in rt.preview({n: m for n, (m, _) in drift.items()})}
+    rows = []
+    for f in chosen:
+        st = states[f.name]
+        missing, source = drift[f.name]
+        rows.append({"name": f.name, "state": st.state, "value": st.value, "source": st.source,
+                     "target": f.target, "engine": f.engine, "engine_version": engine_version(f),
+                     "target_found": source is not None, "missing": missing,
+                     "detail": st.detail if st.state == "fixed-upstream" else "",
+                     "options": rt.option_report(f)})
+    return rows
+
+
+def _boot_blockers(rows: list[dict], resolution) -> list[dict]:
+    """The rows of armed features that drifted, when strict mode would stop the boot on them."""
+    return [r for r in rows if r["state"] == "drifted"] if resolution.strict else []
+
+
+def _print_blockers(blockers: list[dict]) -> None:
+    for r in blockers:
+        err.print(f"error: feature {r['name']!r}: target {r['target']} drifted: missing "
+                  f"{'; '.join(r['missing'])}", style="red", highlight=False)
+    err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
+
+
+@app.command(short_help="Would each profile boot? Every problem at once.")
 def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
              as_json: bool = JsonOpt,
-             only: bool = typer.Option(False, "--only", help="check the chosen profile only")) -> None:
-    """Resolve without installing anything: the chosen profile (DSV41_ENV / --profile), then every
-    other profile of the settings files, so that a typo in [tp4] is caught while validating
-    [default]. Lists every problem at once (each with its profile); exit 1 on any error."""
+             only: bool = typer.Option(False, "--only", help="Check the chosen profile only.")) -> None:
+    """Would each profile boot? Resolves without installing anything the chosen profile
+    (DSV41_ENV or --profile), then every other profile of the settings files, so that a typo in
+    [tp4] is caught while validating [default]; for each profile, the features it arms are checked
+    for drift against the installed engine's source, as status does.
+
+    Lists every problem at once, each with its profile: settings errors, and in strict mode a
+    drifted armed feature (a boot of that profile would stop). Exit 1 on any error."""
     try:
-        features, resolution, _ = resolve_launch(settings, profile)
+        features, resolution, fdir = resolve_launch(settings, profile)
     except FlagsError as exc:
         _fail(exc, as_json)
     problems, seen = [], set()
@@ -140,12 +214,13 @@ def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str
     for name, res in [(resolution.profile, resolution)] + [(p, None) for p in others]:
         try:
             res = res or resolve_launch(settings, name)[1]
-            found = list(res.problems)
+            found = list(res.problems) + _drift_problems(features, res, fdir)
         except SettingsError as exc:
             found = exc.problems
         for p in found:
-            if p.message not in seen:
-                seen.add(p.message)
+            once = (name, p.message) if p.key == "DRIFT" else p.message  # drift: per profile
+            if once not in seen:
+                seen.add(once)
                 problems.append({"profile": name, "key": p.key, "origin": p.origin,
                                  "severity": p.severity, "message": p.message})
     ok = not any(p["severity"] == "error" for p in problems)
@@ -162,12 +237,30 @@ def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str
     raise typer.Exit(0 if ok else 1)
 
 
-@app.command()
-def explain(key: str = typer.Argument(..., help="feature name, flag/option key or DSV41_ variable"),
+def _drift_problems(features, resolution, fdir) -> list:
+    """Problems (key ``DRIFT``) for the features armed by ``resolution`` that drifted from the
+    installed engine's source: errors in strict mode (that boot would stop), else warnings."""
+    from ._errors import Problem
+
+    return [Problem("DRIFT", f"profile {resolution.profile}",
+                    f"feature {r['name']!r} is armed in profile {resolution.profile} but its target "
+                    f"{r['target']} drifted: missing {'; '.join(r['missing'])}"
+                    + (" (strict mode: a boot would stop)" if resolution.strict else ""),
+                    "error" if resolution.strict else "warning")
+            for r in _feature_rows(features, resolution, fdir,
+                                   compute(resolution, features, [], os.environ), armed_only=True)
+            if r["state"] == "drifted"]
+
+
+@app.command(short_help="Where a key's value comes from; the feature's declaration.")
+def explain(key: str = typer.Argument(..., metavar="KEY",
+                                      help="A feature name, a flag or option key, or a DSV41_ variable."),
             settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
             as_json: bool = JsonOpt) -> None:
-    """The provenance chain of a key (declared default -> file [section] -> variable) and its
-    feature's declaration (summary, target, requires, version range, volatile, options, refs)."""
+    """The provenance chain of a key, lowest first (declared default, then each settings file
+    [section], then the variable), the value that wins and where it comes from, every invalid
+    layer marked as such; and the feature's declaration (summary, target, requires, version
+    range, volatile, options, refs)."""
     features, resolution, _ = _load(settings, profile, as_json, allow_problems=True)
     wanted = key.strip().upper().removeprefix("DSV41_")
     for f in features:
@@ -182,7 +275,7 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
                                  "default": o.default, "minimum": o.minimum, "maximum": o.maximum,
                                  "choices": list(o.choices), "volatile": o.volatile, "help": o.help}
                                 for o in f.options],
-                    "keys": {k: resolution.values[k].to_dict() for k in shown},
+                    "keys": {k: _explained(f, k, resolution.values[k]) for k in shown},
                     "problems": [p.message for p in resolution.problems if p.key in shown]}
             if as_json:
                 _emit_json(data)
@@ -203,10 +296,15 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
             for p in bad:
                 err.print(f"error: {p.message}", style="red")
             for k in shown:
-                r = resolution.values[k]
-                out.print(f"  {k} = {r.value!r}  (from {r.source})")
-                for i, (src, raw) in enumerate(r.chain):
-                    out.print(f"    {i + 1}. {src}: {raw!r}")
+                e = data["keys"][k]
+                invalid = [layer["source"] for layer in e["layers"] if not layer["valid"]]
+                tail = (f"; invalid layer(s) above it: {', '.join(invalid)}: a boot stops on them"
+                        if invalid else "")
+                out.print(f"  {k} = {e['value']!r}  (from {e['source']}{tail})", highlight=False)
+                for i, layer in enumerate(e["layers"]):
+                    mark = ("  <- wins" if layer["wins"] else "") if layer["valid"] else \
+                        f"  <- INVALID: {layer['error']}"
+                    out.print(f"    {i + 1}. {layer['source']}: {layer['raw']!r}{mark}", highlight=False)
             if bad:
                 raise typer.Exit(1)
             return
@@ -224,16 +322,49 @@ def explain(key: str = typer.Argument(..., help="feature name, flag/option key o
     _fail(FlagsError(msg), as_json)
 
 
-@app.command()
-def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
-                explain_: bool = typer.Option(False, "--explain", help="every key in and out"),
-                diff: Optional[Path] = typer.Option(None, "--diff", help="sidecar to compare with"),
-                write: Optional[Path] = typer.Option(None, "--write", help="write a sidecar here"),
-                as_json: bool = JsonOpt,
-                argv: Optional[List[str]] = typer.Argument(None, help="launch command line (after --)")) -> None:
-    """The launch fingerprint of this environment + settings (+ the launch argv given after --)."""
+def _explained(feature, key: str, resolved) -> dict:
+    """``resolved`` as a dict plus ``layers``: per chain entry its source, raw value, whether it
+    is valid (cast as the resolution casts it) and the reason when not, and which one wins."""
+    from ._settings import cast_layer
+    from ._values import CastError, cast_bool
+
+    option = feature.keys()[key]
+    kind, caster = ("bool", cast_bool) if option is None else (option.kind, option.cast)
+    layers = []
+    for source, raw in resolved.chain:
+        try:
+            cast_layer(key, kind, caster, source, raw)
+            layers.append({"source": source, "raw": _jsonable(raw), "valid": True, "error": "",
+                           "wins": False})
+        except CastError as exc:
+            layers.append({"source": source, "raw": _jsonable(raw), "valid": False,
+                           "error": f"accepted: {exc.accepted}", "wins": False})
+    for layer in reversed(layers):
+        if layer["valid"]:
+            layer["wins"] = True
+            break
+    return {**resolved.to_dict(), "layers": layers}
+
+
+@app.command(short_help="The launch fingerprint; --diff against a sidecar.",
+             context_settings={"allow_extra_args": True},
+             options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
+def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
+                profile: Optional[str] = ProfileOpt,
+                explain_: bool = typer.Option(False, "--explain", help="Show every key in and out."),
+                diff: Optional[Path] = typer.Option(None, "--diff", metavar="SIDECAR",
+                                                    help="Compare with this sidecar, key by key."),
+                write: Optional[Path] = typer.Option(None, "--write", metavar="FILE",
+                                                     help="Write a sidecar here (atomic)."),
+                as_json: bool = JsonOpt) -> None:
+    """The launch fingerprint of this environment and settings, and of the launch command line
+    CMD ARGS given after --.
+
+    --diff exits 0 for the same launch, 1 for a different one, 2 when the sidecar cannot be read
+    as one."""
+    argv = list(ctx.args)
     features, resolution, _ = _load(settings, profile, as_json)
-    fp = compute(resolution, features, list(argv or []), os.environ)
+    fp = compute(resolution, features, argv, os.environ)
     data: dict = {"fingerprint": fp.digest}
     if explain_:
         data["payload"] = fp.payload
@@ -293,9 +424,10 @@ def fingerprint(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[
         raise typer.Exit(1 if ("changes" in data["diff"] or data["diff"].get("legacy")) else 2)
 
 
-@app.command("diff")
-def diff_profiles(profile_a: str, profile_b: str, settings: Optional[List[Path]] = SettingsOpt,
-                  as_json: bool = JsonOpt) -> None:
+@app.command("diff", short_help="What differs between two profiles, fingerprint included.")
+def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help="A profile."),
+                  profile_b: str = typer.Argument(..., metavar="PROFILE_B", help="Another profile."),
+                  settings: Optional[List[Path]] = SettingsOpt, as_json: bool = JsonOpt) -> None:
     """Flags and options that differ between two profiles, and whether their fingerprints differ
     (an A/B boot across them re-tunes when they do)."""
     fa, ra, _ = _load(settings, profile_a, as_json)
@@ -320,14 +452,16 @@ def diff_profiles(profile_a: str, profile_b: str, settings: Optional[List[Path]]
               else "same fingerprint: caches are reused across these profiles")
 
 
-@app.command()
-def check(all_: bool = typer.Option(False, "--all", help="every feature, not only armed ones"),
-          live: bool = typer.Option(False, "--import", help="import targets (in a subprocess)"),
+@app.command(short_help="Drift check of the features against the installed engine.")
+def check(all_: bool = typer.Option(False, "--all", help="Check every feature, not only armed ones."),
+          live: bool = typer.Option(False, "--import",
+                                    help="Import the targets (in a subprocess) instead of reading their source."),
           settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
           as_json: bool = JsonOpt) -> None:
-    """Drift check without importing the engine: each feature's target source is parsed and every
-    required class, function, method, parameter and module-level name looked up; the installed
-    engine version is checked against the feature's range. Exit 1 on drift."""
+    """Drift check without importing the engine: each armed feature's target source is parsed and
+    every required class, function, method, parameter and module-level name looked up; the
+    installed engine version is checked against the feature's range. A target source that cannot
+    be read or parsed is reported as drift. Exit 1 on drift."""
     features, resolution, fdir = _load(settings, profile, as_json, allow_problems=True)
     chosen = [f for f in features if all_ or resolution.flag(f)]
     results = []
@@ -381,22 +515,36 @@ def _live_missing(feature, fdir) -> list[str]:
         return [f"module {feature.target} (the import check process failed: {last})"]
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(short_help="Run a command with dsv41_flags active in every Python process.",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             options_metavar="[OPTIONS] -- CMD [ARGS]...")
 def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         profile: Optional[str] = ProfileOpt) -> None:
-    """Run ``CMD ARGS...`` (after --) so that every Python process started under it activates
-    dsv41_flags at interpreter start (bootstrap sitecustomize first on PYTHONPATH, chaining any
-    existing one). Resolves once here and hands the snapshot down. Exit code and signals pass
-    through (the command replaces this process)."""
-    from ._launcher import exec_command
+    """Run CMD with its ARGS (after --) so that every Python process started under it activates
+    dsv41_flags at interpreter start: a bootstrap sitecustomize goes first on PYTHONPATH and runs
+    the user's own sitecustomize, if any, with all its effects kept.
+
+    Resolves once here, checks the armed features for drift as status does, and refuses to start
+    (exit 1, with the message status gives) a launch that strict mode would stop; otherwise hands
+    the snapshot down. Exit code and signals pass through (the command replaces this process)."""
+    from ._launcher import exec_command, prepare
 
     if not ctx.args:
-        err.print("usage: dsv41-flags run -- CMD [ARGS...]")
+        err.print("usage: dsv41-flags run [OPTIONS] -- CMD [ARGS]...")
         raise typer.Exit(2)
     try:
-        exec_command(list(ctx.args), settings, profile)
+        rt, env = prepare(settings, profile, list(ctx.args))
     except FlagsError as exc:
         _fail(exc, False)
+    blockers = _boot_blockers(_feature_rows(tuple(rt.features.values()), rt.resolution,
+                                            rt.features_dir, rt.fingerprint, armed_only=True),
+                              rt.resolution)
+    if blockers:
+        _print_blockers(blockers)
+        err.print(f"error: not starting {ctx.args[0]}", style="red", highlight=False)
+        raise typer.Exit(1)
+    try:
+        exec_command(list(ctx.args), env)
     except FileNotFoundError:
         err.print(f"error: command not found: {ctx.args[0]}", style="red")
         raise typer.Exit(127) from None

@@ -60,7 +60,7 @@ class FeatureState:
 
 def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> Path:
     """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file when it exists,
-    else the project's ``features/`` (beside the source tree of an editable install)."""
+    else the features shipped in the package (``dsv41_flags/_data/features``)."""
     if reserved.get("FEATURES_DIR"):
         return Path(reserved["FEATURES_DIR"])
     for f in files:
@@ -88,6 +88,7 @@ class Runtime:
         self.ledger = Ledger()
         self._states: dict[str, FeatureState] = {}
         self._hooked: set[str] = set()
+        self._disarmed: set[str] = set()  # features whose pending hook must not install any more
         self.pid = os.getpid()
         self.guard_registered = False
         self.snapshot_notes: list[str] = []
@@ -124,6 +125,16 @@ class Runtime:
         return {o.name: (self.resolution.values[feature.option_key(o)].value
                          if feature.option_key(o) in self.resolution.values else o.default)
                 for o in feature.options}
+
+    def option_report(self, feature: Feature) -> dict[str, dict[str, Any]]:
+        """Option name -> ``{"value", "source"}`` (source as for flags; ``default`` for an option
+        the snapshot does not know)."""
+        out = {}
+        for o in feature.options:
+            r = self.resolution.values.get(feature.option_key(o))
+            out[o.name] = ({"value": r.value, "source": r.source} if r is not None
+                           else {"value": o.default, "source": "default"})
+        return out
 
     def armed(self) -> list[Feature]:
         """Features whose flag is on, in install order."""
@@ -174,11 +185,17 @@ class Runtime:
                 self.log.info("feature.fixed_upstream", feature=feature.name, target=feature.target,
                               reason=reason)
                 continue
+            self._disarmed.discard(feature.name)
             if feature.name in self._hooked:
                 continue
             self._hooked.add(feature.name)
             self._set(feature, "armed")
-            register_post_import_hook(lambda module, f=feature: self.install(f, module), feature.target)
+            register_post_import_hook(lambda module, f=feature: self._fire(f, module), feature.target)
+
+    def _fire(self, feature: Feature, module) -> None:
+        """The post-import hook of ``feature``: install unless disarmed since."""
+        if feature.name not in self._disarmed:
+            self.install(feature, module)
 
     def install(self, feature: Feature, module) -> FeatureState:
         """Drift-check and install ``feature`` on the imported ``module``.
@@ -234,6 +251,7 @@ class Runtime:
         ``feature.uninstall_blocked`` names the features above it."""
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
+                self._disarmed.add(feature.name)  # a hook whose target was never imported too
                 kept = self.ledger.uninstall(feature.name)
                 st = self._states.get(feature.name)
                 if kept:
@@ -276,7 +294,8 @@ class Runtime:
             "profile": self.resolution.profile,
             "settings_files": list(self.resolution.files),
             "from_snapshot": self.from_snapshot,
-            "features": {f.name: {"value": self.value(f), "source": self.source(f)}
+            "features": {f.name: {"value": self.value(f), "source": self.source(f),
+                                  "options": self.option_report(f)}
                          for f in self.features.values()},
             "armed": [f.name for f in self.armed()],
             "fingerprint": self.fingerprint.digest,

@@ -8,7 +8,7 @@ Default settings search (first that applies):
   1. ``settings_files`` passed to ``activate`` / ``--settings`` on the CLI;
   2. ``DSV41_SETTINGS``: paths separated by ``os.pathsep`` or commas (a missing one is an error);
   3. ``settings.toml`` in the current directory;
-  4. the project's ``settings.toml`` beside the installed source tree (editable install).
+  4. the default ``settings.toml`` shipped in the package (``dsv41_flags/_data/``).
 ``settings.local.toml`` beside any loaded file overrides it (Dynaconf convention).
 """
 from __future__ import annotations
@@ -24,10 +24,12 @@ from ._names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SET
                      SNAPSHOT_VAR, suggest)
 from ._errors import Problem, SettingsError
 from ._resolution import Resolution, Resolved, _jsonable  # noqa: F401  (re-exported)
-from ._values import CastError, cast, cast_bool
+from ._values import CastError, cast, cast_bool, check_file_value
 
 DEFAULT_PROFILE = "default"
-PROJECT_SETTINGS = Path(__file__).resolve().parents[2] / "settings.toml"
+#: the default settings shipped inside the package (the repository's top-level settings.toml is a
+#: symlink to it): the same file for an editable and a wheel install
+PROJECT_SETTINGS = Path(__file__).resolve().parent / "_data" / "settings.toml"
 
 #: the operator's ``fingerprint`` table: what settings ADD to the engine adapter's defaults
 #: (``_sglang.FINGERPRINT``: prefixes the engine reads, variables and launch options it rewrites or
@@ -48,11 +50,17 @@ def _check_file(path: Path, how: str) -> list[Problem]:
         """One Problem naming this file and who named it."""
         return [Problem(str(path), how, f"settings file {path} (named by {how}) {reason}")]
 
+    if path.is_dir():
+        return problem("is a directory, not a settings file: name a *.toml file in it")
     if path.suffix != ".toml":
         return problem("is not a *.toml file: only TOML settings files are read")
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            text = fh.read()
+        if text.startswith(b"\xef\xbb\xbf"):
+            return problem("starts with a UTF-8 byte order mark (BOM), which TOML does not allow: "
+                           "save it as UTF-8 without BOM")
+        data = tomllib.loads(text.decode("utf-8"))
     except FileNotFoundError:
         return problem("does not exist")
     except IsADirectoryError:
@@ -64,6 +72,10 @@ def _check_file(path: Path, how: str) -> list[Problem]:
     except ValueError as exc:  # tomllib.TOMLDecodeError
         return problem(f"is not valid TOML: {exc}")
     problems = _dynaconf_specials(data, path)
+    for where, spellings in _case_collisions(data):
+        problems += problem(f"spells {where} in more than one case ({' and '.join(map(repr, spellings))}): "
+                            f"keys are case-insensitive, so one would silently replace the other; "
+                            f"keep one spelling")
     for key, value in data.items():
         if _dynaconf_key(key):
             continue  # reported by _dynaconf_specials
@@ -152,6 +164,22 @@ def _dynaconf_specials(data: Mapping[str, Any], path: Path) -> list[Problem]:
         if isinstance(value, dict):
             walk(value, key, "")
     return problems
+
+
+def _case_collisions(table: Mapping, where: str = "") -> list[tuple[str, list[str]]]:
+    """``(where, spellings)`` for every set of keys of one table (sections included, nested
+    tables searched) that differ only by case: ``x`` and ``X`` in ``[default]``."""
+    out = []
+    groups: dict[str, list[str]] = {}
+    for key in table:
+        groups.setdefault(key.lower(), []).append(key)
+    for lower, keys in groups.items():
+        if len(keys) > 1:
+            out.append((f"the key {lower!r} in [{where}]" if where else f"the section [{lower}]", keys))
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out += _case_collisions(value, f"{where}.{key}" if where else key)
+    return out
 
 
 def find_settings_files(explicit: list[str | os.PathLike] | None = None,
@@ -306,19 +334,55 @@ def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, 
 
 
 def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
-                problems: list[Problem]) -> tuple[Any, str, bool]:
-    """Cast every entry of the chain; return (final value, its source, ok)."""
-    value, source, ok = None, "", False
+                problems: list[Problem], kind: str = "") -> tuple[Any, str, bool]:
+    """Cast every entry of the chain; return (value of the last valid layer, its source, ok).
+    ``ok`` is False when any layer is invalid (each one is a problem): an invalid layer is
+    skipped, never guessed, and the value shown is the one of the layer below it."""
+    value, source, ok, bad = None, "", False, False
     for origin, raw in chain:
         try:
-            value, source, ok = caster(raw), origin, True
+            value, source, ok = cast_layer(key, kind, caster, origin, raw), origin, True
         except CastError as exc:
             name = origin.split(" ", 1)[1] if origin.startswith("env ") else key.lower()
             where = "environment variable" if origin.startswith("env ") else origin
             problems.append(Problem(key, origin, f"{name}={raw!r} ({where}) is not a valid value "
                                                  f"for {what}; accepted: {exc.accepted}"))
-            ok = False
-    return value, source, ok
+            bad = True
+    return value, source, ok and not bad
+
+
+def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
+    """Cast one layer of a key's chain: a variable's text (``env ...``) or a declared default by
+    ``caster``; a settings file's value (``<file> [<section>]``) first through
+    ``check_file_value`` (strict TOML type, decimal literal), then ``caster``. Raises CastError."""
+    if kind and origin != "default" and not origin.startswith("env "):
+        path, _, section = origin.rpartition(" [")
+        check_file_value(kind, raw, _literal(path, section.rstrip("]"), key))
+    return caster(raw)
+
+
+def _literal(path: str, section: str, key: str) -> str | None:
+    """The text of ``key = <text>`` under ``[section]`` in the settings file ``path`` (case-
+    insensitive names, a trailing comment dropped), or None when it is not written on one such
+    line (an inline table, a dotted key): the parsed TOML value is then checked alone."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    current = None
+    for line in lines:
+        head = _HEADER.match(line)
+        if head:
+            current = head.group(1).strip().strip("\"'").lower()
+            continue
+        m = _KEYLINE.match(line)
+        if m and current == section.lower() and m.group(2).lower() == key.lower():
+            return m.group(3)
+    return None
+
+
+_HEADER = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
+_KEYLINE = re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?)\s*(#.*)?$""")
 
 
 def reserved_settings(settings, environ: Mapping[str, str], problems: list[Problem] | None = None
@@ -330,9 +394,12 @@ def reserved_settings(settings, environ: Mapping[str, str], problems: list[Probl
     reserved: dict[str, Any] = {}
     for key, (kind, default, choices) in RESERVED_TYPES.items():
         chain = _history(settings, key, environ)
+        # reserved words accept any case, like flag words (DSV41_LOG_LEVEL=DEBUG)
         value, _, ok = _cast_chain(key, f"setting {key}", chain,
-                                   lambda raw, kind=kind, choices=choices: cast(kind, raw, choices=choices),
-                                   problems)
+                                   lambda raw, kind=kind, choices=choices: cast(
+                                       kind, raw.strip().lower() if kind == "choice" and isinstance(raw, str)
+                                       else raw, choices=choices),
+                                   problems, kind)
         reserved[key] = value if (chain and ok) else default
         if key == "FEATURES_DIR" and chain and ok and value:
             src = chain[-1][0]
@@ -365,9 +432,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
             else:
                 what = f"option {key} ({option.kind} option {option.name!r} of feature {feature.name})"
                 caster = option.cast
-            value, source, ok = _cast_chain(key, what, chain, caster, problems)
-            if not ok:
-                value, source = (declared if option is None else option.cast(declared)), "default"
+            value, source, ok = _cast_chain(key, what, chain, caster, problems,
+                                            "bool" if option is None else option.kind)
             values[key] = Resolved(key, feature.name, None if option is None else option.name,
                                    value, source, tuple(chain))
 

@@ -60,9 +60,21 @@ def locate(module: str) -> Path | None:
     return None
 
 
+class Unreadable(Exception):
+    """A source file that cannot be read or parsed (message says which file and why)."""
+
+
 @lru_cache(maxsize=64)
 def _parse(path: str) -> ast.Module:
-    return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    """The parsed source. Bytes go to the parser, so a ``# -*- coding: latin-1 -*-`` declaration
+    is honoured as Python would. Raises Unreadable (unreadable file, bad encoding, syntax error)."""
+    try:
+        return ast.parse(Path(path).read_bytes(), filename=path)
+    except SyntaxError as exc:
+        raise Unreadable(f"source {path} cannot be parsed: {type(exc).__name__}: {exc.msg} "
+                         f"(line {exc.lineno})") from None
+    except (OSError, ValueError) as exc:  # unreadable, bad encoding, null bytes
+        raise Unreadable(f"source {path} cannot be read: {type(exc).__name__}: {exc}") from None
 
 
 def _names(body: list[ast.stmt]) -> dict[str, ast.AST]:
@@ -209,7 +221,12 @@ def check_feature(feature: Feature) -> StaticResult:
         return StaticResult(feature.name, feature.target, None, (f"module {feature.target}",))
     missing: list[str] = []
     for req in feature.parsed_requires:
-        missing.extend(check_require(feature.target, req))
+        try:
+            missing.extend(check_require(feature.target, req))
+        except Unreadable as exc:  # reported as drift (the requirement cannot be verified)
+            missing.append(f"{'.'.join(req.path)} (unverifiable: {exc})")
+        except RecursionError:
+            missing.append(f"{'.'.join(req.path)} (unverifiable: the source's imports form a cycle)")
     return StaticResult(feature.name, feature.target, str(src), tuple(missing))
 
 

@@ -2,6 +2,11 @@
 
 Dynaconf parses environment strings as TOML (``off`` stays the string "off", ``1e3`` becomes a
 float), so variables are cast here from their raw text by the declared type instead.
+
+One meaning per text: a value in a settings file must already have the TOML type of its kind
+(values are strictly typed: ``"512"`` is a string, not an int; a flag is a TOML boolean), and a
+number must be written as a variable may write it (decimal ASCII digits: ``0x10``, ``0o20``,
+``0b1``, ``1_000`` are refused in both), see ``check_file_value``; then the same caster runs.
 """
 from __future__ import annotations
 
@@ -108,6 +113,31 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
             return tuple(raw)
         raise CastError(accepted)
     raise CastError(f"a declared kind among {', '.join(KINDS)}", f"unknown option kind {kind!r}")
+
+
+#: kind -> (TOML types accepted from a file, how to say it)
+_FILE_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "bool": ((bool,), "a TOML boolean (true or false, unquoted)"),
+    "int": ((int,), "a TOML integer in decimal digits (512, not \"512\", 0x200 or 5_12)"),
+    "float": ((int, float), "a TOML number in decimal digits (0.5, 1e3; not \"0.5\" or 1_000.0)"),
+    "str": ((str,), "a TOML string (quoted)"),
+    "choice": ((str,), "a TOML string (quoted)"),
+    "list": ((list, tuple), "a TOML array of strings"),
+}
+
+
+def check_file_value(kind: str, raw: Any, literal: str | None = None) -> None:
+    """Check a value read from a settings file before it is cast: its TOML type must be the one
+    of ``kind`` (strictly typed), and for ``int`` / ``float`` its ``literal`` text in the file
+    (when known) must be decimal ASCII as in a variable. Raises CastError (``accepted`` says
+    "values in settings files are strictly typed")."""
+    types, what = _FILE_TYPES.get(kind, ((object,), ""))
+    ok = isinstance(raw, types) and not (kind in ("int", "float") and isinstance(raw, bool))
+    if ok and literal is not None and kind in ("int", "float"):
+        ok = bool((_INT if kind == "int" else _FLOAT).fullmatch(literal.strip()))
+    if not ok:
+        raise CastError(f"{what}: values in settings files are strictly typed, and a number is "
+                        f"written as in a variable")
 
 
 def _bounds(minimum: float | None, maximum: float | None) -> str:

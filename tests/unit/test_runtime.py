@@ -53,18 +53,19 @@ def settings_for(*flags, strict=True):
     return f"[default]\nstrict = {str(strict).lower()}\n{lines}\n"
 
 
-def test_install_on_import_and_uninstall(demo, make_runtime):
+def test_install_on_import_and_uninstall(demo, dsv41_flags_runtime):
+    # through the test kit for feature authors (dsv41_flags.testing): a real activate()
     demo.feature("wrap_step", WRAP, requires=("Engine.step(fast)",))
-    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
-    rt.arm()
+    kit = dsv41_flags_runtime
+    rt = kit.activate({"wrap_step": True}, features_dir=demo.dir)
     assert [s.state for s in rt.states()] == ["armed"]
     assert rt.audit()[0].state == "pending"
-    with capture_logs() as logs:
-        mod = __import__(demo.name)
+    mod = __import__(demo.name)
     assert mod.Engine().step(n=2) == ["wrapped", "step", False, 2]
     st = rt.states()[0]
     assert st.state == "installed" and st.patches == ("Engine.step",)
-    ev = [e for e in logs if e["event"] == "feature.installed"][0]
+    assert kit.events("flags.resolved")[0]["armed"] == ["wrap_step"]
+    ev = kit.events("feature.installed")[0]
     assert ev["feature"] == "wrap_step" and ev["target"] == demo.name and ev["duration_ms"] >= 0
     assert ev["pid"] > 0 and "process" in ev
     # installing twice leaves exactly one wrapper level
@@ -104,34 +105,31 @@ def test_drift_strict_raises_naming_feature_target_and_missing(demo, make_runtim
     assert "helper" not in msg.split("missing", 1)[1]
 
 
-def test_drift_not_strict_is_reported_and_nothing_patched(demo, make_runtime):
+def test_drift_not_strict_is_reported_and_nothing_patched(demo, dsv41_flags_runtime):
     demo.feature("wrap_step", WRAP, requires=("Engine.gone",))
-    rt = make_runtime(settings_for("wrap_step", strict=False), features_dir=demo.dir)
-    rt.arm()
-    with capture_logs() as logs:
-        mod = __import__(demo.name)
+    kit = dsv41_flags_runtime
+    kit.activate({"wrap_step": True}, features_dir=demo.dir, strict=False)
+    mod = __import__(demo.name)
     assert mod.Engine().step() == ["step", False, 1]
-    st = rt.states()[0]
-    assert st.state == "drifted" and "Engine.gone" in st.detail
-    assert [e["missing"] for e in logs if e["event"] == "feature.drifted"] == [["Engine.gone"]]
+    assert kit.state("wrap_step") == "drifted" and "Engine.gone" in kit.states()["wrap_step"].detail
+    assert [e["missing"] for e in kit.events("feature.drifted")] == [["Engine.gone"]]
 
 
-def test_failure_is_isolated_and_rolled_back(demo, make_runtime):
+def test_failure_is_isolated_and_rolled_back(demo, dsv41_flags_runtime):
     demo.feature("broken", """
         def install(module, ctx):
             ctx.patch(module, "helper", lambda orig: (lambda x: 0))
             raise ValueError("boom")
     """)
     demo.feature("wrap_step", WRAP)
-    rt = make_runtime(settings_for("broken", "wrap_step", strict=False), features_dir=demo.dir)
-    rt.arm()
-    with capture_logs() as logs:
-        mod = __import__(demo.name)
-    states = {s.name: s for s in rt.states()}
+    kit = dsv41_flags_runtime
+    kit.activate({"broken": True, "wrap_step": True}, features_dir=demo.dir, strict=False)
+    mod = __import__(demo.name)
+    states = kit.states()
     assert states["broken"].state == "failed" and "boom" in states["broken"].detail
     assert states["wrap_step"].state == "installed"
     assert mod.helper(1) == 2                       # the failed feature's partial patch was undone
-    failed = [e for e in logs if e["event"] == "feature.failed"][0]
+    failed = kit.events("feature.failed")[0]
     assert "ValueError: boom" in failed["traceback"]
 
 
