@@ -1,9 +1,9 @@
 """One engine of the shared-cache race (test_autotune_keep_files.py), run in a spawned process.
 
 Each round does what one engine boot does to its cache path, with the real functions the patched
-sglang functions call: ``boot_digest`` (decide, set a cache of another launch aside), a tuning
-save as FlashInfer's ``AutoTuner.save_configs`` does it (re-read the file on disk, merge, write a
-temporary, ``os.replace``), then ``after_tuning`` (the sidecar). Launches differ between engines
+sglang functions call: ``boot_digest`` (decide, set a cache of another launch aside),
+``before_save``, a tuning save as FlashInfer's ``AutoTuner.save_configs`` does it (re-read the
+file on disk, merge, write a temporary, ``os.replace``), then ``after_tuning`` (the sidecar). Launches differ between engines
 and rounds. Exceptions propagate to the parent as the process's report.
 """
 from __future__ import annotations
@@ -71,6 +71,7 @@ def run(worker: int, rounds: int, cache_dir: str, features_dir: str, queue) -> N
             fp = _fingerprint((worker + r) % 2)
             feature.boot_digest(cache, {}, fp, 10**6, log, lambda p, e: "stock")
             entry = f"w{worker}r{r}"
+            feature.before_save(cache, fp, log)
             _save(cache, entry)
             saved.append(entry)
             feature.after_tuning(cache, fp, log)

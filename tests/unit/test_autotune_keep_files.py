@@ -308,3 +308,17 @@ def test_crashed_sidecar_write_leaves_nothing(feature, tmp_path, monkeypatch):
     with pytest.raises(OSError):
         write_sidecar(tmp_path / "x.launch", fp)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_before_save_drops_another_launchs_sidecar(feature, tmp_path, log):
+    """Input 4, the kind: a sidecar written by another engine while this one tuned would pair
+    the cache this launch saves with a fingerprint it does not belong to: dropped first (a
+    missing sidecar only makes a concurrent boot set the cache aside); this launch's is kept."""
+    mod, fp = feature
+    cache = _cache(tmp_path, _other_fingerprint(fp))
+    assert mod.before_save(cache, fp, log) is True
+    assert not dsv41_flags.sidecar_path(cache).exists() and cache.exists()
+    assert log.names() == ["autotune_keep.sidecar_dropped"]
+    write_sidecar(dsv41_flags.sidecar_path(cache), fp)
+    assert mod.before_save(cache, fp, log) is False
+    assert dsv41_flags.sidecar_path(cache).exists()

@@ -194,6 +194,26 @@ def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> st
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def before_save(cache_path: Path, fingerprint, log) -> bool:
+    """Before the engine saves this launch's tactics over the cache: drop a sidecar of another
+    launch (written by an engine sharing the directory since this boot's decision), so that no
+    engine pairs the cache being saved with a fingerprint it does not belong to. A missing
+    sidecar only makes a concurrent boot set the cache aside (kept). Under the cache's lock;
+    returns True when a sidecar was dropped; never raises (a read-only directory keeps it)."""
+    cache_path = Path(cache_path)
+    side = sidecar_path(cache_path)
+    with cache_lock(cache_path, log):
+        if not os.path.lexists(side) or sidecar_matches(read_sidecar(side), fingerprint):
+            return False
+        try:
+            os.unlink(side)  # unlink removes a link itself, never its target
+        except OSError:
+            return False
+    log.info("autotune_keep.sidecar_dropped", cache=str(cache_path), sidecar=str(side),
+             reason="written by another launch while this one tuned")
+    return True
+
+
 def after_tuning(cache_path: Path, fingerprint, log) -> bool:
     """Write the sidecar of the cache this launch saved, under the cache's lock. Returns True when
     written. A read-only directory (``autotune_keep.read_only``), a symlinked sidecar
@@ -251,6 +271,7 @@ def install(module, ctx):
                 # after the gate and the load: was a cache of this launch really there?
                 reused = cache_path.is_file() and _stale_reason(cache_path, {}, fingerprint) is None
                 yield
+                before_save(cache_path, fingerprint, log)  # the engine saves when this block exits
             after_tuning(cache_path, fingerprint, log)
             log.info("autotune_keep.reused" if reused else "autotune_keep.tuned", cache=str(cache_path))
 
