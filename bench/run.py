@@ -32,6 +32,7 @@ BENCHMARKS = [
     ("3", "b3_patched_call", "Patched call"),
     ("4", "b4_import_hooks", "Import hooks"),
     ("5", "b5_static_check", "Static check"),
+    ("6", "b6_upgrade_gate", "Upgrade gate"),
 ]
 
 

@@ -452,67 +452,152 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
               else "same fingerprint: caches are reused across these profiles")
 
 
-@app.command(short_help="Drift check of the features against the installed engine.")
+@app.command(short_help="Drift check of the features against the installed engine, or against "
+                        "engine releases (--engine).")
 def check(all_: bool = typer.Option(False, "--all", help="Check every feature, not only armed ones."),
           live: bool = typer.Option(False, "--import",
                                     help="Import the targets (in a subprocess) instead of reading their source."),
+          engine: Optional[List[str]] = typer.Option(
+              None, "--engine", metavar="SPEC",
+              help="Check against this engine release instead of the installed one: a wheel file, a "
+                   "source tree (site-packages or checkout), or a requirement NAME==VERSION (fetched "
+                   "with pip --no-deps into the cache and reused). Repeat it for a matrix."),
           settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
           as_json: bool = JsonOpt) -> None:
     """Drift check without importing the engine: each armed feature's target source is parsed and
-    every required class, function, method, parameter and module-level name looked up; the
-    installed engine version is checked against the feature's range. A target source that cannot
-    be read or parsed is reported as drift. Exit 1 on drift."""
+    every required class, function, method, parameter and module-level name gets a verdict: ok,
+    missing, or undecided when the source cannot tell (never counted as ok). The installed engine
+    version is checked against the feature's range. A target source that cannot be read or parsed
+    is reported as drift.
+
+    With --engine (the upgrade gate): one row per feature, one column per release, each cell ok,
+    drifted (with the closest existing name), undecided, out-of-range, fixed-upstream or
+    unreadable. Exit 1 on drift, or when a checked feature would not install on a named release."""
     features, resolution, fdir = _load(settings, profile, as_json, allow_problems=True)
     chosen = [f for f in features if all_ or resolution.flag(f)]
+    if engine:
+        if live:
+            _fail(FlagsError("--import checks the installed engine; it cannot be combined with "
+                             "--engine (releases are read, never imported)"), as_json)
+        _check_releases(chosen, list(engine), as_json)
+        return
     results = []
     for f in chosen:
-        missing, source = _drift_of(f, fdir, live=live)
+        verdicts, source = _verdicts_of(f, fdir, live=live)
+        missing = _missing_texts(f, verdicts)
         results.append({"feature": f.name, "target": f.target, "source": source, "missing": missing,
-                        "fixed_upstream": fixed_upstream(f) or "", "ok": not missing})
+                        "verdicts": verdicts, "fixed_upstream": fixed_upstream(f) or "",
+                        "ok": not missing})
     ok = all(r["ok"] for r in results)
     if as_json:
         _emit_json({"ok": ok, "mode": "import" if live else "static", "features": results})
     else:
         for r in results:
-            line = "ok" if r["ok"] else "DRIFT: missing " + ", ".join(r["missing"])
+            line = "ok" if r["ok"] else "DRIFT: " + ", ".join(r["missing"])
             out.print(f"{r['feature']:20} {r['target']}  {line}")
+            for v in r["verdicts"]:
+                if v["verdict"] != "ok":
+                    hint = f"; closest: {v['closest']}" if v["closest"] else ""
+                    out.print(f"    {v['verdict']:9} {v['requirement']}: {v['why']}{hint}")
         if not results:
             out.print("no feature checked (none armed; use --all)")
+        if not live and any(v["verdict"] == "undecided" for r in results for v in r["verdicts"]):
+            err.print("note: an undecided requirement is not ok; `--import` checks it live")
     raise typer.Exit(0 if ok else 1)
 
 
-def _drift_of(feature, fdir, *, live: bool = False) -> tuple[list[str], str | None]:
-    """``(missing, source)``: the engine version problem (if any) then the missing ``requires``
-    pieces, from the target's source (``source`` = its file, None when not found) or, with
-    ``live``, from importing it in a subprocess (``source`` None)."""
-    if live:
-        missing, source = _live_missing(feature, fdir), None
-    else:
-        static = check_feature(feature)
-        missing, source = list(static.missing), static.source
+def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
+    """The upgrade gate: a matrix of features x releases (see ``_gate``); exit 1 when a chosen
+    feature would not install on a named release."""
+    from ._gate import FAILING, matrix
+    from ._release import open_release
+
+    engines = tuple(dict.fromkeys(f.engine_requirement.name for f in chosen if f.engine))
+    tops = tuple(dict.fromkeys(f.target.split(".")[0] for f in chosen))
+    releases = [open_release(s, engines, tops) for s in specs]
+    rows = matrix(chosen, releases)
+    ok = not any(c["state"] in FAILING for r in rows for c in r["cells"])
+    if as_json:
+        _emit_json({"ok": ok, "mode": "releases",
+                    "releases": [{"spec": r.spec, "label": r.label, "name": r.name,
+                                  "version": r.version, "where": r.where, "error": r.error}
+                                 for r in releases],
+                    "features": rows})
+        raise typer.Exit(0 if ok else 1)
+    from rich.table import Table
+
+    table = Table(show_lines=True)
+    table.add_column("feature", no_wrap=True)
+    for r in releases:
+        table.add_column(r.label, overflow="fold")
+    styles = {"ok": "green", "fixed-upstream": "cyan", "n/a": "dim"}
+    for row in rows:
+        table.add_row(row["feature"], *[
+            f"[{styles.get(c['state'], 'red')}]{c['state']}[/]\n" + _escape(c["detail"])
+            for c in row["cells"]])
+    wide = out.is_terminal or os.environ.get("COLUMNS")
+    Console(width=None if wide else 60 + 40 * len(releases)).print(table)
+    if not rows:
+        out.print("no feature checked (none armed; use --all)")
+    raise typer.Exit(0 if ok else 1)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _missing_texts(feature, verdicts: list[dict]) -> list[str]:
+    """The engine version problem (if any) then every requirement not decided ok, as short texts."""
+    from ._drift import Verdict
+
     bad_version = version_problem(feature)
-    return ([bad_version] if bad_version else []) + missing, source
+    texts = [Verdict(**v).describe() for v in verdicts if v["verdict"] != "ok"]
+    return ([bad_version] if bad_version else []) + list(dict.fromkeys(texts))
 
 
-def _live_missing(feature, fdir) -> list[str]:
+def _drift_of(feature, fdir, *, live: bool = False) -> tuple[list[str], str | None]:
+    """``(missing, source)``: the engine version problem (if any) then the requirements not
+    decided ok, from the target's source (``source`` = its file, None when not found) or, with
+    ``live``, from importing it in a subprocess (``source`` None)."""
+    verdicts, source = _verdicts_of(feature, fdir, live=live)
+    return _missing_texts(feature, verdicts), source
+
+
+def _verdicts_of(feature, fdir, *, live: bool = False) -> tuple[list[dict], str | None]:
+    """One verdict dict per requirement (see ``Verdict.to_dict``) and the target's source file."""
+    if live:
+        return _live_verdicts(feature, fdir), None
+    static = check_feature(feature)
+    return [v.to_dict() for v in static.verdicts], static.source
+
+
+def _live_verdicts(feature, fdir) -> list[dict]:
+    def failed(why: str) -> list[dict]:
+        return [{"requirement": r, "verdict": "missing", "why": why, "piece": why, "closest": ""} for r in (feature.requires or (feature.target,))]
+
     code = ("import importlib, json, sys\n"
             "from pathlib import Path\n"
             "from dsv41_flags._discovery import discover\n"
-            "from dsv41_flags._drift import missing_on\n"
+            "from dsv41_flags._drift import verdicts_on\n"
             f"f = {{x.name: x for x in discover(Path({str(fdir)!r}))}}[{feature.name!r}]\n"
             "try:\n    m = importlib.import_module(f.target)\n"
-            "except Exception as e:\n    print(json.dumps([f'module {f.target} ({type(e).__name__}: {e})'])); sys.exit()\n"
-            "print(json.dumps(missing_on(f, m)))\n")
+            "except Exception as e:\n    print(json.dumps({'error': f'{type(e).__name__}: {e}'})); sys.exit()\n"
+            "print(json.dumps([v.to_dict() for v in verdicts_on(f, m)]))\n")
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return [f"module {feature.target} (import did not finish within {IMPORT_TIMEOUT_S} s)"]
+        return failed(f"module {feature.target} (import did not finish within {IMPORT_TIMEOUT_S} s)")
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
-        return [f"module {feature.target} (the import check process failed: {last})"]
+        return failed(f"module {feature.target} (the import check process failed: {last})")
+    if isinstance(data, dict):
+        return failed(f"module {feature.target} ({data['error']})")
+    return data
 
 
 @app.command(short_help="Run a command with dsv41_flags active in every Python process.",

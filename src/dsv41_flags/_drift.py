@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+from dataclasses import dataclass
 from types import ModuleType
 
 from ._declare import Feature
@@ -58,34 +59,143 @@ def fixed_upstream(feature: Feature) -> str | None:
     return None
 
 
-def missing_on(feature: Feature, module: ModuleType) -> list[str]:
-    """``requires`` entries (or their parameters) missing on the imported ``module``.
+@dataclass(frozen=True)
+class Verdict:
+    """One verdict per declared ``requires`` entry (issue 14).
 
-    Returns strings like ``"TargetVerifyExecutor.accept_and_finalize"`` or
-    ``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"``; empty when all are present.
+    requirement: the entry as written (``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"``).
+    verdict: ``"ok"`` | ``"missing"`` | ``"undecided"`` (the check could not tell: never counted as ok).
+    why: one sentence saying how the verdict was reached.
+    piece: for missing / undecided, the first piece that is (``"module sglang.srt.x"``,
+      ``"Cls.meth"``, ``"Cls.meth(param)"``); "" when ok.
+    closest: for missing, the closest name that does exist in the owner (difflib), or "".
     """
-    missing = []
+
+    requirement: str
+    verdict: str
+    why: str = ""
+    piece: str = ""
+    closest: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True only for a decided ``ok``."""
+        return self.verdict == OK
+
+    def describe(self, closest: bool = False) -> str:
+        """Short text for lists of problems: ``"Cls.meth"`` (with ``closest``: ``"Cls.meth
+        (closest: Cls.method)"``), ``"Cls.x (undecided: why)"``."""
+        if self.verdict == MISSING:
+            return self.piece + (f" (closest: {self.closest})" if closest and self.closest else "")
+        if self.why.startswith("unverifiable:"):  # the source itself cannot be read or parsed
+            return f"{self.piece or self.requirement} ({self.why})"
+        return f"{self.piece or self.requirement} (undecided: {self.why})"
+
+    def to_dict(self) -> dict:
+        """JSON form: requirement, verdict, why, piece, closest."""
+        return {"requirement": self.requirement, "verdict": self.verdict, "why": self.why,
+                "piece": self.piece, "closest": self.closest}
+
+
+OK, MISSING, UNDECIDED = "ok", "missing", "undecided"
+
+
+def _closest(name: str, names) -> str:
+    """The existing name most like ``name`` (difflib ratio >= 0.7, else one that contains it or
+    that it contains, e.g. a method renamed with a suffix), or ""."""
+    import difflib  # only when something is missing: a child process does not pay for it
+
+    names = [n for n in names if isinstance(n, str) and n != name]
+    found = difflib.get_close_matches(name, names, n=1, cutoff=0.7)
+    if found:
+        return found[0]
+    if len(name) >= 4:
+        near = [n for n in names if len(n) >= 4 and (name in n or n in name)]
+        if near:
+            return min(near, key=lambda n: (abs(len(n) - len(name)), n))
+    return ""
+
+
+def param_verdict(text: str, owner: str, wanted: tuple[str, ...], params: list[str],
+                  var_keyword: bool) -> Verdict:
+    """The one parameter rule shared by the live and the static check (issue 14, kind 2).
+
+    A required parameter is ok when the signature has a parameter of that name, whatever its
+    kind (positional, keyword-only, and also ``*args`` / ``**kwargs`` by their own names, so
+    ``empty_context(kwargs)`` is ok for ``def empty_context(*args, **kwargs)``). A name that only
+    a ``**kwargs`` parameter would absorb is ``undecided``: the signature cannot tell whether the
+    function uses it. Otherwise ``missing``, with the closest parameter name.
+    """
+    absent = [p for p in wanted if p not in params]
+    if not absent:
+        return Verdict(text, OK, f"{owner} has parameter(s) {', '.join(wanted)}")
+    piece = f"{owner}({', '.join(absent)})"
+    if var_keyword:
+        return Verdict(text, UNDECIDED, f"{', '.join(absent)} would only be absorbed by **kwargs", piece)
+    close = _closest(absent[0], params)
+    return Verdict(text, MISSING, f"{owner} has no parameter {', '.join(absent)}", piece,
+                   f"{owner}({close})" if close else "")
+
+
+def _live_attr(obj, part: str):
+    """``part`` of ``obj`` as Python finds it (``getattr``: a module's ``__getattr__`` and a
+    metaclass count), preferring the raw class attribute (so staticmethod / classmethod / property
+    objects are seen). Dataclass fields without a class default count as present. Raises
+    AttributeError."""
+    try:
+        return inspect.getattr_static(obj, part)
+    except AttributeError:
+        pass
+    try:
+        return getattr(obj, part)
+    except AttributeError:
+        fields = getattr(obj, "__dataclass_fields__", None)
+        if isinstance(obj, type) and isinstance(fields, dict) and part in fields:
+            return fields[part]
+        raise
+    except Exception as exc:  # a lazy attribute whose import fails: reported, never a traceback
+        raise AttributeError(f"{part}: {type(exc).__name__}: {exc}") from None
+
+
+def verdicts_on(feature: Feature, module: ModuleType) -> list[Verdict]:
+    """One live verdict per ``requires`` entry of ``feature`` on the imported ``module``
+    (``getattr`` along the path, ``inspect.signature`` for parameters, the rule of
+    ``param_verdict``)."""
+    out = []
     for req in feature.parsed_requires:
-        obj = module
-        found = True
+        obj, done = module, []
         for part in req.path:
             try:
-                obj = inspect.getattr_static(obj, part)
+                obj = _live_attr(obj, part)
             except AttributeError:
-                found = False
+                owner = ".".join(done) or feature.target
+                names = dir(obj) if done else list(vars(module))
+                close = _closest(part, names)
+                out.append(Verdict(req.text, MISSING, f"{owner} has no attribute {part}",
+                                   ".".join(done + [part]),
+                                   ".".join(done + [close]) if close else ""))
                 break
+            done.append(part)
             if isinstance(obj, (staticmethod, classmethod)):
                 obj = obj.__func__
-        if not found:
-            missing.append(".".join(req.path))
-            continue
-        if req.params:
-            try:
-                params = inspect.signature(obj).parameters
-            except (TypeError, ValueError):
-                missing.append(f"{'.'.join(req.path)}(signature unreadable)")
+        else:
+            if not req.params:
+                out.append(Verdict(req.text, OK, "present on the imported module"))
                 continue
-            for p in req.params:
-                if p not in params:
-                    missing.append(f"{'.'.join(req.path)}({p})")
-    return missing
+            try:
+                sig = inspect.signature(obj)
+            except (TypeError, ValueError) as exc:
+                out.append(Verdict(req.text, UNDECIDED, f"signature unreadable ({exc})",
+                                   f"{'.'.join(req.path)}({', '.join(req.params)})"))
+                continue
+            params = list(sig.parameters)
+            var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            out.append(param_verdict(req.text, ".".join(req.path), req.params, params, var_kw))
+    return out
+
+
+def missing_on(feature: Feature, module: ModuleType) -> list[str]:
+    """``requires`` entries not decided ok on the imported ``module``, as short texts
+    (``"TargetVerifyExecutor.accept_and_finalize"``, ``"Cls.meth(param)"``, ``"... (undecided:
+    why)"``); empty when all are present. An undecided entry counts: never silently ok."""
+    return [v.describe() for v in verdicts_on(feature, module) if not v.ok]

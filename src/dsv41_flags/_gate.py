@@ -1,0 +1,81 @@
+"""The upgrade gate (issue 14): would each feature install on an engine release that is not
+installed? One cell per feature and release, from the release's source (no install, no import).
+
+Cell states, first match wins:
+
+- ``unreadable``: the release could not be read (why);
+- ``n/a``: the feature targets another engine distribution;
+- ``fixed-upstream``: the release is in the feature's ``fixed_in`` range (the patch can go);
+- ``drifted``: a requirement is missing (what, with the closest name that exists there);
+- ``undecided``: a requirement the static check cannot decide (why): never counted as ok;
+- ``out-of-range``: the structure is there, the version is outside the feature's ``engine``;
+- ``ok``.
+
+A feature "would not install" on a release (``FAILING``) for drifted, undecided, out-of-range
+and unreadable.
+"""
+from __future__ import annotations
+
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ._declare import Feature
+from ._release import Release
+from ._static import Checker
+
+FAILING = ("drifted", "undecided", "out-of-range", "unreadable")
+
+
+def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
+    """The gate's cell for ``feature`` on ``release``: ``{"release", "version", "state",
+    "detail", "missing", "verdicts"}`` (verdicts: one per requires entry, see ``Verdict``).
+    ``checker`` reads ``release.view`` (None when the release is unreadable)."""
+    out = {"release": release.label, "version": release.version, "state": "", "detail": "",
+           "missing": [], "verdicts": []}
+    if release.error or checker is None:
+        return {**out, "state": "unreadable", "detail": release.error or "no source"}
+    if not feature.engine:
+        return {**out, "state": "n/a", "detail": f"{feature.name} declares no engine"}
+    engine = feature.engine_requirement
+    if release.name and canonicalize_name(engine.name) != release.name:
+        return {**out, "state": "n/a", "detail": f"{feature.name} targets {engine.name}"}
+    try:
+        version = Version(release.version) if release.version else None
+    except InvalidVersion:
+        return {**out, "state": "unreadable", "detail": f"unparseable version {release.version!r}"}
+    if version is not None and feature.fixed_in and \
+            SpecifierSet(feature.fixed_in).contains(version, prereleases=True):
+        return {**out, "state": "fixed-upstream",
+                "detail": f"{release.version} is in fixed_in {feature.fixed_in}: upstream carries "
+                          f"the fix ({', '.join(feature.refs) or 'no refs'})"}
+    top = feature.target.split(".")[0]
+    if not checker.view.owns(top):  # never answered from the installed environment instead
+        piece = f"module {feature.target}"
+        return {**out, "state": "drifted", "missing": [piece],
+                "detail": f"missing: {piece} (the release has no package {top})",
+                "verdicts": [{"requirement": r, "verdict": "missing", "piece": piece, "closest": "",
+                              "why": f"the release has no package {top}"} for r in feature.requires]}
+    result = checker.check(feature)
+    out["verdicts"] = [v.to_dict() for v in result.verdicts]
+    missing = [v for v in result.verdicts if v.verdict == "missing"]
+    undecided = [v for v in result.verdicts if v.verdict == "undecided"]
+    in_range = version is not None and engine.specifier.contains(version, prereleases=True)
+    range_note = "" if in_range else (f"version unknown, range {feature.engine}" if version is None
+                                      else f"{release.version} is outside {feature.engine}")
+    if missing or undecided:
+        out["missing"] = list(dict.fromkeys(v.describe(closest=True) for v in missing + undecided))
+        state = "drifted" if missing else "undecided"
+        detail = ("missing: " if missing else "") + "; ".join(out["missing"])
+        return {**out, "state": state, "detail": detail + (f" ({range_note})" if range_note else "")}
+    if not in_range:
+        return {**out, "state": "out-of-range", "detail": f"{range_note}; structure ok"}
+    return {**out, "state": "ok", "detail": f"structure ok, {release.version} in {feature.engine}"}
+
+
+def matrix(features: list[Feature], releases: list[Release]) -> list[dict]:
+    """Rows ``{"feature", "target", "engine", "cells": [cell per release]}``; each readable
+    release is parsed once for every feature."""
+    checkers = [Checker(r.view) if r.view is not None and not r.error else None for r in releases]
+    return [{"feature": f.name, "target": f.target, "engine": f.engine,
+             "cells": [cell(f, r, c) for r, c in zip(releases, checkers)]} for f in features]
