@@ -133,7 +133,8 @@ class Feature:
     Tuple fields must be tuples (a list is refused: a declaration is frozen, copied with
     ``dataclasses.replace``, never changed after construction).
     source: file that declared it (set by discovery); entry_point: ``(name, value)`` when it came
-      from the ``dsv41_flags.features`` entry-point group (set by discovery).
+      from the ``dsv41_flags.features`` entry-point group (set by discovery); source_sha256:
+      sha256 of the feature file's bytes that were executed (set by discovery).
     Raises DeclarationError, naming the feature, on any invalid field.
     """
 
@@ -151,6 +152,7 @@ class Feature:
     default: bool = False
     source: str = field(default="", compare=False)
     entry_point: tuple[str, ...] = field(default=(), compare=False)
+    source_sha256: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         where = f"feature {self.name!r}" + (f" ({self.source})" if self.source else "")

@@ -8,6 +8,7 @@ top-level ``features`` package (which could shadow or be shadowed by another one
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.metadata
 import importlib.util
 import sys
@@ -23,7 +24,8 @@ from ._fingerprint import check_volatile_declarations
 ENTRY_POINT_GROUP = "dsv41_flags.features"
 PACKAGE = "dsv41_flags_features"
 
-def _features_of(obj, origin: str) -> list[Feature]:
+
+def _features_of(obj, origin: str, sha256: str = "") -> list[Feature]:
     if isinstance(obj, Feature):
         found = [obj]
     elif isinstance(obj, types.ModuleType):
@@ -36,10 +38,12 @@ def _features_of(obj, origin: str) -> list[Feature]:
     if not found or not all(isinstance(f, Feature) for f in found):
         raise DeclarationError(f"{origin}: declares no Feature (expected FEATURE = Feature(...) "
                                f"or FEATURES = [...])")
-    return [dataclasses.replace(f, source=origin) for f in found]
+    return [dataclasses.replace(f, source=origin, source_sha256=sha256) for f in found]
 
 
-def _import_file(path: Path):
+def _import_file(path: Path, source: bytes):
+    """Import the feature module at ``path`` by executing ``source`` (the bytes read once, whose
+    sha256 the launch records: what is hashed is what runs)."""
     if PACKAGE not in sys.modules:
         pkg = types.ModuleType(PACKAGE)
         pkg.__path__ = []
@@ -49,7 +53,7 @@ def _import_file(path: Path):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)
     except DeclarationError as exc:
         del sys.modules[name]
         raise DeclarationError(f"{path}: {exc}") from None
@@ -68,10 +72,12 @@ def feature_entry_points() -> list[tuple[str, str]]:
 
 
 def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, str]] = True,
-             checked: bool = False) -> tuple[Feature, ...]:
+             sources: dict[Path, bytes] | None = None, checked: bool = False) -> tuple[Feature, ...]:
     """Load every feature: ``*.py`` in ``features_dir`` (sorted, ``_``-prefixed files skipped) and
     the entry points of group ``dsv41_flags.features`` (``entry_points``: True = scan the installed
-    distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot).
+    distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot);
+    ``sources``: path -> bytes of the feature files to load instead of reading ``features_dir``
+    (the snapshot's verified files). Each feature gets ``source`` and ``source_sha256``.
 
     ``checked``: the launching process already checked these declarations (a child re-reading
     the launch's feature set): their version ranges are not parsed again (``CHECKED_BY_LAUNCH``).
@@ -82,18 +88,25 @@ def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, 
     """
     token = CHECKED_BY_LAUNCH.set(checked)
     try:
-        return _discover(features_dir, entry_points)
+        return _discover(features_dir, entry_points, sources)
     finally:
         CHECKED_BY_LAUNCH.reset(token)
 
 
-def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, str]]) -> tuple[Feature, ...]:
+def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, str]],
+              sources: dict[Path, bytes] | None) -> tuple[Feature, ...]:
     features: list[Feature] = []
-    if features_dir is not None and features_dir.is_dir():
+    if sources is None and features_dir is not None and features_dir.is_dir():
+        sources = {}
         for path in sorted(features_dir.glob("*.py")):
-            if path.name.startswith("_"):
-                continue
-            features.extend(_features_of(_import_file(path.resolve()), str(path.resolve())))
+            if not path.name.startswith("_"):
+                try:
+                    sources[path.resolve()] = path.read_bytes()
+                except OSError as exc:
+                    raise DeclarationError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    for path, source in sorted((sources or {}).items()):
+        features.extend(_features_of(_import_file(path, source), str(path),
+                                     hashlib.sha256(source).hexdigest()))
     if entry_points:
         pairs = feature_entry_points() if entry_points is True else entry_points
         for name, value in pairs:

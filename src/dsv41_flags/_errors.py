@@ -48,3 +48,15 @@ class DriftError(FlagsError, RuntimeError):
 
     The message names the feature, its target module and what is missing or what raised.
     """
+
+
+class SnapshotError(FlagsError):
+    """The launch's snapshot (``DSV41_SNAPSHOT``) was refused: not written by this version, schema
+    or types wrong, a value outside its declared type or bounds, code the launch did not choose
+    (an entry point no installed distribution declares, a feature file whose content changed).
+    The message names the part refused."""
+
+
+class ActivationError(FlagsError):
+    """An earlier activation of this process failed; ``activate()`` raises it again on retry
+    (a half-armed runtime is never handed out). ``__cause__`` is the original error."""

@@ -6,53 +6,37 @@ here and activates the framework once per process, from the launch's snapshot wh
 """
 from __future__ import annotations
 
-import sys
-
-_RANKS = ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
-
-
-def caller_context(max_depth: int = 12) -> dict:
-    """Role and ranks of the sglang process calling ``load_plugins()``, read from the calling
-    ``run_<role>_process(..., tp_rank, pp_rank, dp_rank, ...)`` frame: e.g.
-    ``{"role": "scheduler", "tp_rank": 0, "pp_rank": 0, "dp_rank": None}``; ``{}`` when unknown."""
-    frame = sys._getframe(1)
-    for _ in range(max_depth):
-        if frame is None:
-            break
-        name = frame.f_code.co_name
-        if name.startswith("run_") and name.endswith("_process"):
-            ctx = {"role": name[len("run_"):-len("_process")]}
-            ctx.update({k: frame.f_locals[k] for k in _RANKS if frame.f_locals.get(k) is not None})
-            return ctx
-        if name == "__init__" and type(frame.f_locals.get("self")).__name__ == "Engine":
-            return {"role": "engine"}
-        frame = frame.f_back
-    return {}
+from ._sglang import caller_context  # noqa: F401  (kept importable from here)
 
 
 def load() -> None:
-    """Activate dsv41_flags in this sglang process (idempotent), add its role and ranks to every
-    event, and register the rank consistency guard on ``initialize_model_parallel`` through sglang's
-    HookRegistry. A settings error, or in strict mode a drifted or failing armed feature, stops
-    the process with SystemExit(3) (sglang swallows a plugin's ordinary exceptions), as the seeds'
-    RuntimeError did."""
-    from . import activate
-    from ._errors import FlagsError
+    """Activate dsv41_flags in this sglang process (once), with its role and ranks read from the
+    calling ``run_<role>_process`` frame BEFORE activating, so every event from ``flags.resolved``
+    on carries them; then register the rank consistency guard on ``initialize_model_parallel``
+    through sglang's HookRegistry (schedulers only).
 
-    ctx = caller_context()
-    try:
-        rt = activate(role=ctx.pop("role", None))
-    except FlagsError as exc:
-        # sglang's load_plugins() logs and swallows a plugin's Exception, which would boot the
-        # engine with no feature armed; SystemExit is not an Exception, so the boot stops here
-        sys.stderr.write(f"dsv41_flags: stopping this sglang process: {exc}\n")
-        sys.stderr.flush()
-        raise SystemExit(3) from exc
-    role = rt.context.fields.get("role")
-    rt.context.update(**ctx)
+    Error policy (``_activation.fail``): any exception while activating, not only FlagsError,
+    emits ``flags.error`` (entry ``sglang-plugin``); in strict mode the process stops with
+    ``SystemExit(3)``: sglang's ``load_plugins()`` logs and swallows a plugin's ``Exception``
+    ("Failed to execute general plugin") and would boot with nothing armed; SystemExit is not an
+    Exception, so the boot stops here. Non-strict: the process runs, the event says what is on."""
+    from . import _sglang
+    from ._activation import EXIT_STRICT, activate_entry, fail
+
+    ctx = _sglang.caller_context()
+    role = ctx.pop("role", None)
+    rt = activate_entry("sglang-plugin", role=role, context=ctx)
+    if rt is None:
+        return
     # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
     # import of sglang's parallel_state
-    if not rt.guard_registered and role not in ("engine", "detokenizer", "data_parallel_controller"):
+    if rt.guard_registered or rt.context.fields.get("role") in (
+            "engine", "detokenizer", "data_parallel_controller"):
+        return
+    try:
         from ._guard import register_sglang_guard
 
         rt.guard_registered = register_sglang_guard(rt)
+    except Exception as exc:
+        if fail(exc, "sglang-plugin", role, ctx):
+            raise SystemExit(EXIT_STRICT) from None

@@ -7,7 +7,7 @@ features, arms the ones whose flag is on (a post-import hook per target) and emi
 """
 from __future__ import annotations
 
-import json
+import inspect
 import os
 import sys
 import time
@@ -20,15 +20,15 @@ from . import _settings
 from ._declare import Feature
 from ._discovery import discover, install_order
 from ._drift import fixed_upstream, missing_on, version_problem
-from ._errors import DriftError, FlagsError
+from ._errors import DriftError, FlagsError, SnapshotError
 from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute
 from ._hooks import register_post_import_hook
+from ._launch import Launch, decode, encode, materialize
 from ._patch import InstallContext, Ledger
 from ._names import SNAPSHOT_VAR
 from ._resolution import Resolution
 
-SNAPSHOT_VERSION = 1
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
 
@@ -76,25 +76,52 @@ class Runtime:
     from_snapshot: True when values came from the launch's snapshot.
     """
 
-    def __init__(self, features: Sequence[Feature], resolution: Resolution, fingerprint: Fingerprint,
-                 *, features_dir: Path | None = None, from_snapshot: bool = False,
+    def __init__(self, features: Sequence[Feature], launch: Launch, *, from_snapshot: bool = False,
                  context: ProcessContext | None = None):
         self.features = {f.name: f for f in install_order(features)}
-        self.resolution = resolution
-        self.fingerprint = fingerprint
-        self.features_dir = features_dir
+        self.launch = launch
         self.from_snapshot = from_snapshot
         self.context = context or ProcessContext()
         self.ledger = Ledger()
         self._states: dict[str, FeatureState] = {}
         self._hooked: set[str] = set()
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
+        self._reach: dict[tuple[str, str], tuple[tuple[str, ...], str] | None] = {}
         self.pid = os.getpid()
         self.guard_registered = False
+        self.announced = False
         self.snapshot_notes: list[str] = []
-        self.launch_pid: int | None = self.pid  # pid of the process that resolved this launch
-        self.launch_env: dict[str, str] = {}    # its DSV41_* variables (set by build)
-        self.entry_points = {tuple(f.entry_point) for f in features if f.entry_point}
+
+    # ------------------------------------------------------------------ the launch
+    @property
+    def resolution(self) -> Resolution:
+        """The launch's resolution."""
+        return self.launch.resolution
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        """The launch fingerprint."""
+        return self.launch.fingerprint
+
+    @property
+    def features_dir(self) -> Path | None:
+        """Directory the launch's feature files were read from."""
+        return Path(self.launch.features_dir) if self.launch.features_dir else None
+
+    @property
+    def launch_pid(self) -> int | None:
+        """Pid of the process that resolved this launch."""
+        return self.launch.pid
+
+    @property
+    def launch_env(self) -> Mapping[str, str]:
+        """``DSV41_*`` variables of the launching process."""
+        return self.launch.env
+
+    @property
+    def entry_points(self) -> set[tuple[str, str]]:
+        """Entry points of group ``dsv41_flags.features`` the launch loaded."""
+        return set(self.launch.entry_points)
 
     # ------------------------------------------------------------------ events
     @property
@@ -190,12 +217,36 @@ class Runtime:
                 continue
             self._hooked.add(feature.name)
             self._set(feature, "armed")
-            register_post_import_hook(lambda module, f=feature: self._fire(f, module), feature.target)
+            register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
+                                      feature.target)
 
-    def _fire(self, feature: Feature, module) -> None:
-        """The post-import hook of ``feature``: install unless disarmed since."""
-        if feature.name not in self._disarmed:
-            self.install(feature, module)
+    def _on_import(self, feature: Feature, module) -> FeatureState | None:
+        """The post-import hook of ``feature``: install it unless it was disarmed (``uninstall``)
+        or is already installed in this process (a forked child inherits the parent's patches and
+        its hooks: the child's runtime is this same object, adopted at fork)."""
+        st = self._states.get(feature.name)
+        if feature.name in self._disarmed or st is None or st.state not in ("armed", "pending"):
+            return st
+        self.announce()
+        return self.install(feature, module)
+
+    def adopt_in_child(self) -> None:
+        """Called in a forked child: this runtime becomes the child's (its pid; role ``child``, the
+        parent's ranks dropped; ``flags.resolved`` emitted again on first use). The child inherits
+        the parent's patches and hooks, so states and ledger stay true as they are."""
+        self.pid = os.getpid()
+        self.announced = False
+        self.context = ProcessContext()
+        self.context.update(role="child")
+
+    def announce(self) -> None:
+        """Emit ``flags.resolved`` (and ``snapshot.mismatch`` notes) once for this process."""
+        if self.announced:
+            return
+        self.announced = True
+        self.log.info("flags.resolved", **self.report())
+        for note in self.snapshot_notes:
+            self.log.warning("snapshot.mismatch", note=note)
 
     def install(self, feature: Feature, module) -> FeatureState:
         """Drift-check and install ``feature`` on the imported ``module``.
@@ -232,6 +283,8 @@ class Runtime:
                                  f"{type(exc).__name__}: {exc} ({STRICT_HINT})") from exc
             return st
         records = self.ledger.records(feature.name)
+        for record in records:
+            self._reach[(feature.name, record.where)] = (_path_in(module, record.owner), record.attr)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)
         st = self._set(feature, "installed", duration_ms=duration_ms,
                        patches=tuple(r.where for r in records))
@@ -246,14 +299,18 @@ class Runtime:
 
     def uninstall(self, name: str | None = None) -> None:
         """Restore the originals patched by feature ``name`` (every feature when None), last
-        installed first. A feature becomes ``uninstalled`` (its hook will not fire again); one
-        whose patch has another feature's patch on top stays ``installed`` and
-        ``feature.uninstall_blocked`` names the features above it."""
+        installed first. A feature becomes ``uninstalled`` (its hook will not fire again), also when
+        its target was never imported (armed/pending: disarmed, so a later import does not patch,
+        like OpenTelemetry's ``uninstrument()``); one whose patch has another feature's patch on
+        top stays ``installed`` and ``feature.uninstall_blocked`` names the features above it."""
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
                 self._disarmed.add(feature.name)  # a hook whose target was never imported too
                 kept = self.ledger.uninstall(feature.name)
                 st = self._states.get(feature.name)
+                if st is not None and st.state in ("armed", "pending") and not kept:
+                    self._set(feature, "uninstalled", detail="disarmed before its target was imported")
+                    continue
                 if kept:
                     self.log.warning("feature.uninstall_blocked", feature=feature.name,
                                      attributes=[r.where for r in kept],
@@ -281,12 +338,34 @@ class Runtime:
                 self._set(feature, "pending")
                 self.log.warning("feature.pending", feature=feature.name, target=feature.target)
             elif st.state == "installed":
-                lost = self.ledger.lost(feature.name)
+                lost = self._lost(feature)
                 if lost:
-                    self._set(feature, "lost", detail=", ".join(r.where for r in lost))
+                    self._set(feature, "lost", detail=", ".join(lost))
                     self.log.error("feature.lost", feature=feature.name, target=feature.target,
-                                   attributes=[r.where for r in lost])
+                                   attributes=lost)
         return self.states()
+
+    def _lost(self, feature: Feature) -> list[str]:
+        """``Owner.attr`` of every patch of ``feature`` that the engine would not call now: the
+        attribute is reached from the target module as it stands (module -> owner by the name it
+        had at install -> attribute), so a replaced class, a reloaded module or an overwritten
+        attribute all count. An attribute with another feature's patch above ours must hold that
+        one (which wraps ours)."""
+        module = sys.modules.get(feature.target)
+        out = []
+        for record in self.ledger.records(feature.name):
+            top = self.ledger.stack(record.owner, record.attr)[-1]
+            reach = self._reach.get((feature.name, record.where))
+            if module is None:
+                out.append(record.where)
+                continue
+            if reach is None or reach[0] is None:  # owner not reachable from the module: as recorded
+                now = _static(record.owner, record.attr)
+            else:
+                now = _walk(module, reach[0] + (record.attr,))
+            if now is not top.replacement:
+                out.append(record.where)
+        return out
 
     def report(self) -> dict:
         """The ``flags.resolved`` payload."""
@@ -306,22 +385,39 @@ class Runtime:
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> str:
-        """JSON handed to children in ``DSV41_SNAPSHOT``: resolution, fingerprint, features dir."""
-        return json.dumps({"v": SNAPSHOT_VERSION, "pid": os.getpid(), "env": self.launch_env,
-                           "resolution": self.resolution.to_dict(),
-                           "fingerprint": self.fingerprint.to_dict(),
-                           "features_dir": str(self.features_dir) if self.features_dir else None,
-                           "entry_points": [list(p) for p in sorted(self.entry_points)]},
-                          separators=(",", ":"))
+        """The ``DSV41_SNAPSHOT`` value handing this launch to children (``_launch.encode``)."""
+        return encode(self.launch)
 
 
-def _read_snapshot(raw: str) -> dict | None:
+def _static(owner, attr: str):
     try:
-        data = json.loads(raw)
-        if data.get("v") == SNAPSHOT_VERSION:
-            return data
-    except (ValueError, AttributeError):
-        pass
+        return inspect.getattr_static(owner, attr)
+    except AttributeError:
+        return None
+
+
+def _walk(obj, path: Sequence[str]):
+    """``obj.a.b.c`` as stored (no descriptor binding); None when a step is missing."""
+    for part in path:
+        obj = _static(obj, part)
+        if obj is None:
+            return None
+    return obj
+
+
+def _path_in(module, owner) -> tuple[str, ...] | None:
+    """Names leading from ``module`` to ``owner`` (``()`` for the module itself, the qualified name
+    of a class defined or imported there), or None when the module does not reach it."""
+    if owner is module:
+        return ()
+    qualname = getattr(owner, "__qualname__", None)
+    if isinstance(qualname, str) and "<locals>" not in qualname:
+        path = tuple(qualname.split("."))
+        if _walk(module, path) is owner:
+            return path
+    for name, value in list(vars(module).items()):
+        if value is owner:
+            return (name,)
     return None
 
 
@@ -331,39 +427,46 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
           configure_logging: bool = True) -> Runtime:
     """Resolve and build a Runtime without arming anything (used by ``activate`` and the CLI).
 
-    With ``use_snapshot`` and a valid ``DSV41_SNAPSHOT`` (and no explicit files/profile), the
-    snapshot's resolution and fingerprint are used and no settings file is read.
-    Raises SettingsError (every problem listed) or DeclarationError.
+    With ``use_snapshot`` and a ``DSV41_SNAPSHOT`` (and no explicit files/profile), the launch is
+    decoded from the snapshot (``_launch``: schema, types, re-cast values, installed entry points,
+    feature file digests) and no settings file is read. A refused snapshot: the settings are
+    resolved in this process; in strict mode (of that resolution) SnapshotError is raised, else the
+    runtime is built from the local resolution and ``snapshot_notes`` says why.
+    Raises SettingsError (every problem listed), DeclarationError or SnapshotError.
     """
     environ = os.environ if environ is None else environ
     argv = sys.argv if argv is None else argv
     use = use_snapshot and settings_files is None and profile is None
-    snap = _read_snapshot(environ.get(SNAPSHOT_VAR, "")) if use else None
-    snapshot_notes: list[str] = []
-    if use and snap is None and environ.get(SNAPSHOT_VAR):
-        snapshot_notes.append(f"{SNAPSHOT_VAR} is not a dsv41_flags snapshot (version "
-                              f"{SNAPSHOT_VERSION}): ignored, settings resolved in this process")
-    if snap is not None:
-        resolution = Resolution.from_dict(snap["resolution"])
-        if configure_logging:
-            configure(resolution.reserved.get("LOG_FORMAT", "auto"),
-                      resolution.reserved.get("LOG_LEVEL", "info"))
-        fdir = features_dir or (Path(snap["features_dir"]) if snap.get("features_dir") else None)
-        features = discover(fdir, entry_points=[tuple(p) for p in snap.get("entry_points", [])],
-                            checked=True)
-        rt = Runtime(features, resolution, Fingerprint.from_dict(snap["fingerprint"]),
-                     features_dir=fdir, from_snapshot=True)
-        rt.launch_env = dict(snap.get("env", {}))
-        rt.snapshot_notes = snapshot_differences(rt.launch_env, environ)
-        rt.launch_pid = snap.get("pid")
-        return rt
-    features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
-                                                configure_logging=configure_logging)
-    resolution.raise_for_errors()
+    raw = environ.get(SNAPSHOT_VAR, "") if use else ""
+    refused: SnapshotError | None = None
+    if raw:
+        try:
+            launch, features = materialize(decode(raw))
+        except SnapshotError as exc:
+            refused = exc
+        else:
+            if configure_logging:
+                configure(launch.resolution.reserved.get("LOG_FORMAT", "auto"),
+                          launch.resolution.reserved.get("LOG_LEVEL", "info"))
+            rt = Runtime(features, launch, from_snapshot=True)
+            rt.snapshot_notes = snapshot_differences(launch.env, environ)
+            return rt
+    try:
+        features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
+                                                    configure_logging=configure_logging)
+        resolution.raise_for_errors()
+    except FlagsError as exc:
+        if refused is not None:
+            raise SnapshotError(f"{refused}; resolving the settings in this process instead failed "
+                                f"too: {exc}") from exc
+        raise
+    if refused is not None and resolution.strict:
+        raise refused
     fingerprint = compute(resolution, features, argv, environ)
-    rt = Runtime(features, resolution, fingerprint, features_dir=fdir)
-    rt.snapshot_notes = snapshot_notes
-    rt.launch_env = _dsv41_vars(environ)
+    rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)))
+    if refused is not None:
+        rt.snapshot_notes = [f"{refused}: strict = false, so the settings were resolved in this "
+                             f"process instead (the launch's values may differ from these)"]
     return rt
 
 

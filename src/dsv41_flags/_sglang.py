@@ -1,5 +1,8 @@
 """The engine adapter room: everything dsv41_flags knows about sglang, declared once.
 
+Two parts: the engine's contributions to the launch fingerprint (below), and its processes and
+plugin loader (roles and ranks read from frames, which spawned processes the plugin activates).
+
 Core modules do not name the engine; they take its facts from here. This part holds what the
 engine contributes to the launch fingerprint (``FINGERPRINT``), read from sglang 0.5.23's source:
 
@@ -31,8 +34,11 @@ An operator's ``[default.fingerprint]`` table adds to these; it never has to rep
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import os
 import re
-from typing import Mapping
+import sys
+from typing import Any, Callable, Mapping
 
 from ._fingerprint import EngineFacts
 
@@ -300,3 +306,72 @@ FINGERPRINT = EngineFacts(
     canonical_env=canonical_env,
     canonical_argv=canonical_argv,
 )
+
+
+# ------------------------------------------------------------------------ processes and plugin
+# The process roles sglang starts, how to read a process's role and ranks from the
+# ``run_<role>_process(...)`` frame that calls ``load_plugins()``, and whether sglang's plugin
+# loader will activate a spawned process (so the ``dsv41-flags run`` bootstrap leaves it to the
+# plugin, which knows role and ranks before the first event).
+#: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
+PLUGIN_GROUP = "sglang.srt.plugins"
+#: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``)
+PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags._plugin:load")
+#: rank arguments of sglang's process entry functions, in report order
+RANKS = ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
+#: process entry functions of sglang 0.5.23 that call ``load_plugins()`` first thing
+#: (scheduler.py, detokenizer_manager.py, data_parallel_controller.py) -> role
+PROCESS_ENTRIES = {
+    "run_scheduler_process": "scheduler",
+    "run_detokenizer_process": "detokenizer",
+    "run_data_parallel_controller_process": "data_parallel_controller",
+}
+#: spawn targets that reach one of PROCESS_ENTRIES before anything else (data_parallel_controller.py)
+DEFERRING_TARGETS = frozenset(PROCESS_ENTRIES) | {"run_scheduler_process_with_init_pipe"}
+
+
+def caller_context(max_depth: int = 16, frame=None) -> dict[str, Any]:
+    """Role and ranks of the sglang process calling ``load_plugins()``, read from the calling
+    ``run_<role>_process(..., tp_rank, pp_rank, dp_rank, ...)`` frame: e.g.
+    ``{"role": "scheduler", "tp_rank": 0, "pp_rank": 0}`` (None ranks left out); ``{"role":
+    "engine"}`` under ``Engine.__init__``; ``{}`` when unknown. Read before activating, so the
+    first event (``flags.resolved``) already carries them."""
+    frame = frame or sys._getframe(1)
+    for _ in range(max_depth):
+        if frame is None:
+            break
+        name = frame.f_code.co_name
+        if name.startswith("run_") and name.endswith("_process"):
+            ctx: dict[str, Any] = {"role": PROCESS_ENTRIES.get(name, name[len("run_"):-len("_process")])}
+            ctx.update({k: frame.f_locals[k] for k in RANKS
+                        if isinstance(frame.f_locals.get(k), int)})
+            return ctx
+        if name == "__init__" and type(frame.f_locals.get("self")).__name__ == "Engine":
+            return {"role": "engine"}
+        frame = frame.f_back
+    return {}
+
+
+def plugin_installed(environ=None) -> bool:
+    """True when our entry point is in sglang's plugin group and ``SGLANG_PLUGINS`` (sglang's
+    whitelist, comma-separated names) does not leave it out."""
+    environ = os.environ if environ is None else environ
+    try:
+        eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+    except Exception:
+        return False
+    if not any((ep.name, ep.value) == PLUGIN_ENTRY for ep in eps):
+        return False
+    allowed = environ.get("SGLANG_PLUGINS", "").strip()
+    return not allowed or PLUGIN_ENTRY[0] in {x.strip() for x in allowed.split(",")}
+
+
+def plugin_will_activate(target: Callable | None, environ=None) -> bool:
+    """True when ``target`` (the function a spawned process is about to run) is one of sglang's
+    process entries, which call ``load_plugins()`` first, and our plugin is installed: that
+    process then activates through the plugin with its role and ranks."""
+    if target is None:
+        return False
+    module = getattr(target, "__module__", "") or ""
+    return (module.startswith("sglang.") and getattr(target, "__name__", "") in DEFERRING_TARGETS
+            and plugin_installed(environ))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags import DeclarationError, SettingsError, read_sidecar
+from dsv41_flags import DeclarationError, SettingsError, SnapshotError, read_sidecar
 from dsv41_flags._cli import app
 from dsv41_flags._discovery import discover
 from dsv41_flags._fingerprint import normalize_argv
@@ -166,9 +166,12 @@ def test_child_variable_disagreeing_with_snapshot_is_reported(make_runtime):
     assert child.value(child.features["folded_fence"]) is True       # the snapshot wins...
     notes = " ".join(child.snapshot_notes)                            # ...and says so
     assert "DSV41_FOLDED_FENCE='0'" in notes and "DSV41_ENV='tp4'" in notes
-    garbage = build(None, None, environ={"DSV41_SNAPSHOT": "{not json"}, argv=[],
-                    configure_logging=False, features_dir=FEATURES_DIR)
-    assert not garbage.from_snapshot and "not a dsv41_flags snapshot" in garbage.snapshot_notes[0]
+    with pytest.raises(SnapshotError, match="not JSON"):          # strict: refused, never ignored
+        build(None, None, environ={"DSV41_SNAPSHOT": "{not json"}, argv=[],
+              configure_logging=False, features_dir=FEATURES_DIR)
+    garbage = build(None, None, environ={"DSV41_SNAPSHOT": "{not json", "DSV41_STRICT": "0"},
+                    argv=[], configure_logging=False, features_dir=FEATURES_DIR)
+    assert not garbage.from_snapshot and "not JSON" in garbage.snapshot_notes[0]
 
 
 def test_classmethod_and_staticmethod_keep_their_kind():

@@ -65,50 +65,28 @@ def _chain():
 
 
 def _activate():
+    """Activation and error policy live in the package (``_activation.bootstrap``): a failure is a
+    ``flags.error`` event and, in strict mode, exit status 3 before the program runs."""
     try:
-        import dsv41_flags
+        from dsv41_flags import _activation
     except ImportError:  # an interpreter without the package: say so, features are not applied
         sys.stderr.write(f"dsv41_flags: not importable in {sys.executable}: no feature is applied "
                          f"in this process (pid {os.getpid()})\n")
         return
-    try:
-        dsv41_flags.activate()
-    except dsv41_flags.FlagsError as exc:
-        sys.stderr.write(f"dsv41_flags: {exc}\n")
+    except Exception as exc:  # the package is broken here: no event possible, never run unpatched
+        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=bootstrap importing "
+                         f"dsv41_flags raised {type(exc).__name__}: {exc}\n")
         sys.stderr.flush()
-        os._exit(3)
+        if os.environ.get("DSV41_STRICT", "").strip().lower() not in ("0", "false", "off", "no"):
+            os._exit(3)
+        return
+    _activation.bootstrap()
     if _chain_error is not None:
-        rt = dsv41_flags.runtime()
+        rt = _activation.runtime()
         if rt is not None:
             rt.log.error("sitecustomize.failed", path=_chain_error[0], error=_chain_error[1],
                          note="the user's sitecustomize raised; dsv41_flags activated anyway")
 
 
-def _in_spawn_child(activate):
-    """In a multiprocessing spawn / forkserver child (``--multiprocessing-fork``), activate when
-    the parent's preparation data arrives: its process name is known then (so the first event
-    names the process right), and the parent's main module is not imported yet. Returns False
-    when this is no such child."""
-    if "--multiprocessing-fork" not in sys.argv[1:]:
-        return False
-    try:
-        import multiprocessing
-        import multiprocessing.spawn as spawn
-    except ImportError:
-        return False
-    original = spawn.prepare
-
-    def prepare(data):
-        spawn.prepare = original
-        if isinstance(data, dict) and data.get("name"):
-            multiprocessing.current_process().name = data["name"]
-        activate()
-        return original(data)
-
-    spawn.prepare = prepare
-    return True
-
-
 _chain()
-if not _in_spawn_child(_activate):
-    _activate()
+_activate()

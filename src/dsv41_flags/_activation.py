@@ -1,0 +1,268 @@
+"""Activation: once per process, truly, and one error policy for every entry.
+
+* ``activate()`` holds a lock: two threads get one runtime, one ``flags.resolved``, one install.
+* A forked child owns its runtime: at fork (``os.register_at_fork``) the inherited runtime is
+  adopted by the child (its pid, role ``child``, a fresh announcement), so the hooks it inherited
+  report to the child's runtime and a later ``activate()`` in the child returns it (one install).
+* A failed activation is remembered: ``activate()`` raises ``ActivationError`` again on retry
+  instead of handing out a half-armed runtime.
+* Error policy (``fail``), the same for the sglang plugin, the ``dsv41-flags run`` bootstrap and
+  a direct ``activate()``: any exception while activating emits a structured ``flags.error``
+  event (cause, entry, pid, role, strict, outcome, and the state of every feature when a runtime
+  exists). Strict mode: the process stops with exit status 3. Non-strict: it runs, and the
+  event says which features are what.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ._errors import ActivationError, FlagsError, SnapshotError
+from ._launch import spill_path
+from ._runtime import Runtime, build
+from ._names import SNAPSHOT_VAR
+from ._values import CastError, cast_bool
+
+EXIT_STRICT = 3
+
+_LOCK = threading.RLock()
+_RUNTIME: Runtime | None = None                  # the one per-process runtime
+_FAILED: tuple[int, BaseException] | None = None  # (pid, error) of a failed activation
+
+
+def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
+             *, role: str | None = None, context: Mapping[str, Any] | None = None,
+             export: bool = True) -> Runtime:
+    """Activate the framework in this process and return its runtime.
+
+    Once per process and thread-safe: a second call (any thread) returns the same runtime
+    (arguments given to it are ignored, with an ``activate.arguments_ignored`` warning).
+    settings_files: paths of settings files (default search: see ``_settings``); profile: profile
+    name (default ``DSV41_ENV``, else ``default``); role: process role added to every event
+    (default ``launcher`` in the process that resolved the launch, else ``child``); context: more
+    fields for every event from the first one on (``tp_rank``, ``pp_rank``, ...); export: hand the
+    launch to child processes through ``DSV41_SNAPSHOT`` (first process only).
+    Emits ``flags.resolved``, then arms the features whose flag is on.
+    Raises SettingsError (bad values, unknown keys in strict mode, missing files, unknown
+    profile), SnapshotError (the launch's snapshot refused, strict mode), DeclarationError (bad
+    feature declarations), in strict mode DriftError; after any failure, ActivationError on every
+    later call in this process. Any failure first emits ``flags.error`` (entry ``activate``); the
+    caller decides what it does to the process (the framework's own entries, the sglang plugin
+    and the ``run`` bootstrap, stop it with exit status 3 in strict mode: ``activate_entry``).
+    """
+    try:
+        return _activate(settings_files, profile, role, context, export)
+    except Exception as exc:
+        fail(exc, "activate", role, context)
+        raise
+
+
+def _activate(settings_files, profile, role, context, export) -> Runtime:
+    global _RUNTIME, _FAILED
+    with _LOCK:
+        pid = os.getpid()
+        if _FAILED is not None and _FAILED[0] == pid:
+            exc = _FAILED[1]
+            raise ActivationError(f"activation of this process (pid {pid}) failed earlier: "
+                                  f"{type(exc).__name__}: {exc}") from exc
+        rt = _RUNTIME
+        if rt is not None and rt.pid == pid:
+            if settings_files is not None or profile is not None:
+                rt.log.warning("activate.arguments_ignored", settings_files=settings_files,
+                               profile=profile, active_profile=rt.resolution.profile,
+                               reason="already active in this process: the first activation wins")
+            if not rt.announced:  # a forked child: its first explicit activation names it
+                rt.context.update(role=role, **dict(context or {}))
+            else:
+                rt.context.update(**dict(context or {}))
+            rt.announce()
+            return rt
+        try:
+            rt = build(settings_files, profile)
+            rt.context.update(role=role or ("launcher" if rt.launch_pid == pid else "child"),
+                              **dict(context or {}))
+            _RUNTIME = rt
+            if export and not rt.from_snapshot:
+                os.environ[SNAPSHOT_VAR] = rt.snapshot()
+            _remove_spill_at_exit(rt)
+            rt.announce()
+            rt.arm()
+        except Exception as exc:
+            _FAILED = (pid, exc)
+            raise
+        return rt
+
+
+def runtime() -> Runtime | None:
+    """The runtime of this process, or None before ``activate`` (or when it failed before a
+    runtime existed)."""
+    rt = _RUNTIME
+    return rt if rt is not None and rt.pid == os.getpid() else None
+
+
+def _remove_spill_at_exit(rt: Runtime) -> None:
+    """The launching process removes the launch's spill file (if any) when it exits."""
+    path = spill_path(os.environ.get(SNAPSHOT_VAR, ""))
+    if path and rt.launch_pid == os.getpid():
+        pid = os.getpid()
+
+        def remove():
+            if os.getpid() == pid:  # not in a forked child that inherited the handler
+                Path(path).unlink(missing_ok=True)
+
+        atexit.register(remove)
+
+
+# ----------------------------------------------------------------------------- fork
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork(after_in_child=...)``: a fresh lock; the inherited runtime becomes
+    the child's (its pid, role ``child``, ranks dropped, announced on first use)."""
+    global _LOCK
+    _LOCK = threading.RLock()
+    rt = _RUNTIME
+    if rt is not None:
+        rt.adopt_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---------------------------------------------------------------------------- policy
+def _strict_when_unknown(environ: Mapping[str, str] | None = None) -> bool:
+    """Strict mode when no resolution could be trusted: ``DSV41_STRICT`` when it is a valid flag
+    value, else True (the default)."""
+    environ = os.environ if environ is None else environ
+    try:
+        return cast_bool(environ.get("DSV41_STRICT", "true") or "true")
+    except CastError:
+        return True
+
+
+def fail(exc: BaseException, entry: str, role: str | None = None,
+         context: Mapping[str, Any] | None = None) -> bool:
+    """Report an exception raised while activating through ``entry`` (``sglang-plugin``,
+    ``bootstrap``, ``activate``) and return True when the process must stop (strict mode: the
+    caller exits with status 3). Emits ``flags.error`` with cause, entry, pid, role, strict,
+    outcome and, when a runtime exists, the state of every feature; falls back to one plain line
+    on stderr when the event cannot be written. Never raises."""
+    rt = runtime()
+    if isinstance(exc, ActivationError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if rt is not None:
+        strict = rt.strict
+    else:
+        strict = True if isinstance(exc, SnapshotError) else _strict_when_unknown()
+    outcome = (f"stopped: exit status {EXIT_STRICT} (strict mode)" if strict else
+               "running: " + ("every feature as in 'states'" if rt is not None
+                              else "no feature is applied in this process"))
+    fields: dict[str, Any] = {
+        "cause": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__,
+        "entry": entry, "strict": strict, "outcome": outcome,
+        "internal": not isinstance(exc, FlagsError),
+    }
+    if rt is not None:
+        fields["states"] = [{"name": s.name, "state": s.state, "detail": s.detail} for s in rt.states()]
+    try:
+        from ._events import ProcessContext, configure, get_logger
+
+        if rt is not None:
+            log = rt.log
+        else:
+            ctx = ProcessContext()
+            ctx.update(role=role or "unknown", **dict(context or {}))
+            configure(os.environ.get("DSV41_LOG_FORMAT", "auto") or "auto",
+                      os.environ.get("DSV41_LOG_LEVEL", "info") or "info")
+            log = get_logger(**ctx.as_fields())
+        if not isinstance(exc, FlagsError):
+            import traceback
+
+            fields["traceback"] = "".join(traceback.format_exception(exc))
+        log.error("flags.error", **fields)
+    except Exception:  # the event cannot be written: one plain line, never a second failure
+        try:
+            sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry={entry} "
+                             f"{fields['cause']} -> {outcome}\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+    return strict
+
+
+def activate_entry(entry: str, *, role: str | None = None,
+                   context: Mapping[str, Any] | None = None) -> Runtime | None:
+    """Activate through a framework entry with the error policy applied: returns the runtime, or
+    None when activation failed in non-strict mode (reported by ``flags.error``); raises
+    SystemExit(3) when it failed in strict mode (also for exceptions that are not FlagsError).
+    KeyboardInterrupt and SystemExit pass through."""
+    try:
+        return _activate(None, None, role, context, True)
+    except Exception as exc:
+        if fail(exc, entry, role, context):
+            raise SystemExit(EXIT_STRICT) from None
+        return runtime()
+
+
+# ------------------------------------------------------------------------- bootstrap
+def _interpreter_argv() -> list[str]:
+    return list(getattr(sys, "orig_argv", []) or [])
+
+
+def is_multiprocessing_helper(argv: Sequence[str] | None = None) -> bool:
+    """True for multiprocessing's helper processes (resource tracker, forkserver): they run no
+    user code and are not engine processes."""
+    argv = _interpreter_argv() if argv is None else list(argv)
+    text = " ".join(argv)
+    return ("from multiprocessing.resource_tracker import main" in text
+            or "from multiprocessing.forkserver import main" in text)
+
+
+def is_spawn_child(argv: Sequence[str] | None = None) -> bool:
+    """True in a process started by multiprocessing's ``spawn`` (before its target runs)."""
+    argv = _interpreter_argv() if argv is None else list(argv)
+    return "--multiprocessing-fork" in argv and any("spawn_main" in a for a in argv)
+
+
+def bootstrap() -> None:
+    """Interpreter-start activation for ``dsv41-flags run`` (called by the bootstrap
+    ``sitecustomize``). Multiprocessing helpers are left alone. A spawned child waits until its
+    target is known: an sglang process entry whose ``load_plugins()`` will call our plugin is left
+    to the plugin (which knows role and ranks before the first event); any other target is
+    activated just before it runs. Everything else activates now. A failure follows ``fail``: in
+    strict mode the process exits with status 3 before running anything."""
+    if is_multiprocessing_helper():
+        return
+    if is_spawn_child():
+        _activate_before_spawn_target()
+        return
+    _bootstrap_activate()
+
+
+def _bootstrap_activate(role: str | None = None) -> None:
+    try:
+        activate_entry("bootstrap", role=role)
+    except SystemExit:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(EXIT_STRICT)  # never run the program unpatched
+
+
+def _activate_before_spawn_target() -> None:
+    import multiprocessing.process as mpp
+
+    from . import _sglang
+
+    original = mpp.BaseProcess._bootstrap
+
+    def _bootstrap(self, *args, **kwargs):
+        mpp.BaseProcess._bootstrap = original
+        if not _sglang.plugin_will_activate(getattr(self, "_target", None)):
+            _bootstrap_activate()
+        return original(self, *args, **kwargs)
+
+    mpp.BaseProcess._bootstrap = _bootstrap

@@ -1,0 +1,388 @@
+"""The launch value and its one codec for children (the snapshot).
+
+A launch is resolved once, in the process that starts it; every child receives the same value
+through ``DSV41_SNAPSHOT`` instead of resolving again. ``Launch`` is that value: the resolution,
+the fingerprint, the feature set (the features directory with a sha256 of every feature file that
+was imported, and the entry points that were loaded) and the launch facts (pid and ``DSV41_*``
+variables of the launching process).
+
+``encode`` is the only writer and ``decode`` + ``materialize`` the only reader. The reader treats
+the variable as untrusted text:
+
+* schema: version, keys and JSON types are checked (``SnapshotError`` naming the path, never a
+  KeyError);
+* values: every flag and option value is re-cast through its feature's declared type and bounds,
+  every reserved setting through its declared type; a key no loaded feature owns is refused;
+* code: an entry point is loaded only when an installed distribution declares it in the group
+  ``dsv41_flags.features``; a feature file only when it lies in the launch's features directory
+  and its content still has the sha256 the launch recorded (the verified bytes are what runs, so a
+  file edited during the launch is refused and every rank runs the code the launch chose);
+* size: above ``SPILL_BYTES`` the JSON goes to a private file (mode 0600, owned by this user) and
+  the variable carries ``file:<path>#sha256=<hex>``; the reader checks owner, mode and digest.
+  Linux refuses any single environment string over 128 KiB (MAX_ARG_STRLEN) at exec.
+
+Trust model: the environment is trusted like ``PYTHONPATH`` (whoever sets it can run code
+anyway); the snapshot can only choose among values the declarations accept and code that the
+installed distributions or the recorded feature files already are.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ._declare import Feature
+from ._errors import Problem, SnapshotError
+from ._fingerprint import Fingerprint
+from ._names import RESERVED_TYPES, SNAPSHOT_VAR
+from ._resolution import Resolution, Resolved
+from ._values import CastError, cast, cast_bool
+
+VERSION = 2
+#: above this many bytes the encoded launch is spilled to a private file (Linux: 128 KiB per string)
+SPILL_BYTES = 32 * 1024
+FILE_PREFIX = "file:"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SPILL = re.compile(r"^file:(?P<path>/.+)#sha256=(?P<digest>[0-9a-f]{64})$", re.S)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch, as resolved by its launching process.
+
+    resolution: the Resolution; fingerprint: the launch Fingerprint; features_dir: directory the
+    feature files were read from (None: none); feature_files: ``((path, sha256), ...)`` of every
+    feature file imported; entry_points: ``((name, value), ...)`` of group
+    ``dsv41_flags.features`` loaded; pid: pid of the launching process; env: its ``DSV41_*``
+    variables (``DSV41_SNAPSHOT`` excluded).
+    """
+
+    resolution: Resolution
+    fingerprint: Fingerprint
+    features_dir: str | None = None
+    feature_files: tuple[tuple[str, str], ...] = ()
+    entry_points: tuple[tuple[str, str], ...] = ()
+    pid: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, resolution: Resolution, fingerprint: Fingerprint, features: Sequence[Feature],
+           features_dir: Path | str | None, env: Mapping[str, str], pid: int | None = None) -> "Launch":
+        """The launch of ``features`` (their files and digests, their entry points)."""
+        files = sorted({(f.source, f.source_sha256) for f in features if not f.entry_point and f.source})
+        eps = sorted({tuple(f.entry_point) for f in features if f.entry_point})
+        return cls(resolution, fingerprint, str(features_dir) if features_dir else None,
+                   tuple(files), tuple(eps), os.getpid() if pid is None else pid, dict(env))
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (schema version ``VERSION``)."""
+        return {"v": VERSION, "pid": self.pid, "env": dict(self.env),
+                "resolution": self.resolution.to_dict(), "fingerprint": self.fingerprint.to_dict(),
+                "features_dir": self.features_dir,
+                "feature_files": [list(p) for p in self.feature_files],
+                "entry_points": [list(p) for p in self.entry_points]}
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------------------- encode
+def encode(launch: Launch, *, spill_bytes: int = SPILL_BYTES, spill_dir: str | None = None) -> str:
+    """The value of ``DSV41_SNAPSHOT`` for ``launch``: compact JSON, or, above ``spill_bytes``,
+    ``file:<path>#sha256=<hex>`` naming a private file (0600, created with ``mkstemp`` in
+    ``spill_dir`` / the temporary directory) that holds the JSON. Raises OSError when the file
+    cannot be written (nothing half-written is left)."""
+    text = json.dumps(launch.to_dict(), separators=(",", ":"), ensure_ascii=True)
+    if len(text) <= spill_bytes:
+        return text
+    data = text.encode()
+    fd, path = tempfile.mkstemp(prefix=f"dsv41-launch-{os.getpid()}-", suffix=".json", dir=spill_dir)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    except BaseException:
+        Path(path).unlink(missing_ok=True)
+        raise
+    return f"{FILE_PREFIX}{path}#sha256={sha256_bytes(data)}"
+
+
+def spill_path(raw: str) -> str | None:
+    """The spill file named by a ``DSV41_SNAPSHOT`` value, or None when it carries JSON."""
+    m = _SPILL.match(raw or "")
+    return m["path"] if m else None
+
+
+# ------------------------------------------------------------------------------- decode
+def _fail(what: str, hint: str = "") -> SnapshotError:
+    return SnapshotError(f"{SNAPSHOT_VAR} refused: {what}" + (f" ({hint})" if hint else ""))
+
+
+def _text(raw: str) -> str:
+    """The JSON text of a snapshot value, reading and verifying a spill file."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise _fail("it is empty")
+    if not raw.startswith(FILE_PREFIX):
+        return raw
+    m = _SPILL.match(raw)
+    if not m:
+        raise _fail(f"{raw[:120]!r} is not 'file:<absolute path>#sha256=<64 hex>'")
+    path = m["path"]
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise _fail(f"spill file {path} cannot be opened: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise _fail(f"spill file {path} is not a private regular file of this user "
+                        f"(mode {oct(st.st_mode & 0o777)}, owner uid {st.st_uid})")
+        data = fh.read(64 * 1024 * 1024 + 1)
+    if sha256_bytes(data) != m["digest"]:
+        raise _fail(f"spill file {path} does not have the sha256 the variable names "
+                    f"(changed since the launch wrote it)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fail(f"spill file {path} is not UTF-8") from None
+
+
+def _need(d: Any, key: str, kinds, where: str) -> Any:
+    if not isinstance(d, dict) or key not in d:
+        raise _fail(f"{where}.{key} is missing")
+    value = d[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _tuple(kinds)):
+        raise _fail(f"{where}.{key} = {_short(value)} is not {_names(kinds)}")
+    return value
+
+
+def _tuple(kinds) -> tuple:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _names(kinds) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+             type(None): "null", bool: "a boolean"}
+    return " or ".join(names.get(k, k.__name__) for k in _tuple(kinds))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _strs(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(f"{where} = {_short(value)} is not a list of strings")
+    return value
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise _fail(f"{where} = {_short(value)} is not an object of strings")
+    return value
+
+
+def _pairs(value: Any, where: str, second=None) -> list[tuple[str, str]]:
+    if not isinstance(value, list):
+        raise _fail(f"{where} = {_short(value)} is not a list of [string, string] pairs")
+    out = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise _fail(f"{where} item {_short(item)} is not a [string, string] pair")
+        if second is not None and not second.match(item[1]):
+            raise _fail(f"{where} item {_short(item)}: {item[1]!r} is not a sha256 (64 lower-case hex)")
+        out.append((item[0], item[1]))
+    return out
+
+
+def decode(raw: str) -> dict:
+    """Parse and schema-check a ``DSV41_SNAPSHOT`` value (JSON or a spill reference).
+
+    Returns the checked dict (types of every key verified; values not yet re-cast: see
+    ``materialize``). Raises SnapshotError naming what is wrong; never KeyError/TypeError."""
+    text = _text(raw)
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise _fail(f"not JSON ({exc})" if not isinstance(exc, RecursionError) else "nested too deep",
+                    "a value written by dsv41_flags is expected: unset the variable") from None
+    if not isinstance(data, dict):
+        raise _fail(f"{_short(data)} is not a JSON object")
+    version = data.get("v")
+    if version != VERSION or isinstance(version, bool):
+        raise _fail(f"schema version {_short(version)} is not {VERSION}",
+                    "written by another version of dsv41_flags? unset it or relaunch")
+    known = {"v", "pid", "env", "resolution", "fingerprint", "features_dir", "feature_files",
+             "entry_points"}
+    extra = sorted(set(data) - known)
+    if extra:
+        raise _fail(f"unknown key(s) {', '.join(map(repr, extra))}")
+    _need(data, "pid", (int, type(None)), "snapshot")
+    _str_map(_need(data, "env", dict, "snapshot"), "snapshot.env")
+    _need(data, "features_dir", (str, type(None)), "snapshot")
+    _pairs(_need(data, "feature_files", list, "snapshot"), "snapshot.feature_files", _HEX64)
+    _pairs(_need(data, "entry_points", list, "snapshot"), "snapshot.entry_points")
+    fp = _need(data, "fingerprint", dict, "snapshot")
+    digest = _need(fp, "digest", str, "snapshot.fingerprint")
+    if not _HEX64.match(digest):
+        raise _fail(f"snapshot.fingerprint.digest = {_short(digest)} is not a sha256")
+    payload = _need(fp, "payload", dict, "snapshot.fingerprint")
+    _strs(_need(payload, "argv", list, "snapshot.fingerprint.payload"), "snapshot.fingerprint.payload.argv")
+    _str_map(_need(payload, "env", dict, "snapshot.fingerprint.payload"), "snapshot.fingerprint.payload.env")
+    _need(payload, "settings", dict, "snapshot.fingerprint.payload")
+    _str_map(fp.get("excluded", {}), "snapshot.fingerprint.excluded")
+    res = _need(data, "resolution", dict, "snapshot")
+    _need(res, "profile", str, "snapshot.resolution")
+    _strs(_need(res, "profiles", list, "snapshot.resolution"), "snapshot.resolution.profiles")
+    _strs(_need(res, "files", list, "snapshot.resolution"), "snapshot.resolution.files")
+    _strs(res.get("notes", []), "snapshot.resolution.notes")
+    _str_map(res.get("volatile_sources", {}), "snapshot.resolution.volatile_sources")
+    problems = res.get("problems", [])
+    if not isinstance(problems, list) or not all(
+            isinstance(p, list) and len(p) == 4 and all(isinstance(x, str) for x in p) for p in problems):
+        raise _fail(f"snapshot.resolution.problems = {_short(problems)} is not a list of 4 strings each")
+    _need(res, "reserved", dict, "snapshot.resolution")
+    values = _need(res, "values", dict, "snapshot.resolution")
+    for key, entry in values.items():
+        where = f"snapshot.resolution.values[{key!r}]"
+        _need(entry, "key", str, where)
+        _need(entry, "feature", str, where)
+        _need(entry, "option", (str, type(None)), where)
+        _need(entry, "source", str, where)
+        if "value" not in entry:
+            raise _fail(f"{where}.value is missing")
+        chain = _need(entry, "chain", list, where)
+        if not all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) for c in chain):
+            raise _fail(f"{where}.chain is not a list of [source, value] pairs")
+        if entry["key"] != key:
+            raise _fail(f"{where}.key = {entry['key']!r} differs from its place {key!r}")
+    return data
+
+
+# -------------------------------------------------------------------------- materialize
+def installed_entry_points() -> set[tuple[str, str]]:
+    """``(name, value)`` of every entry point the installed distributions declare in the group."""
+    from ._discovery import feature_entry_points
+
+    return set(feature_entry_points())
+
+
+def verified_sources(data: Mapping) -> dict[Path, bytes]:
+    """Path -> bytes of every feature file the launch recorded, after checking that each lies
+    directly in the launch's features directory and still has its recorded sha256.
+    Raises SnapshotError otherwise."""
+    files = _pairs(data["feature_files"], "snapshot.feature_files", _HEX64)
+    if files and not data["features_dir"]:
+        raise _fail("feature files are listed but no features_dir")
+    base = Path(data["features_dir"]).resolve() if data["features_dir"] else None
+    out: dict[Path, bytes] = {}
+    for name, digest in files:
+        path = Path(name)
+        if not path.is_absolute() or path.suffix != ".py" or path.resolve().parent != base:
+            raise _fail(f"feature file {name} is not a *.py file directly in features_dir {base}")
+        try:
+            data_bytes = path.read_bytes()
+        except OSError as exc:
+            raise _fail(f"feature file {name} cannot be read: {exc.strerror or exc}") from None
+        if sha256_bytes(data_bytes) != digest:
+            raise _fail(f"feature file {name} changed since the launch read it (sha256 "
+                        f"{sha256_bytes(data_bytes)[:12]}... here, {digest[:12]}... in the launch)",
+                        "every process of a launch must run the same feature code: relaunch")
+        out[path.resolve()] = data_bytes
+    return out
+
+
+def _recast(key: str, entry: Mapping, feature: Feature) -> Resolved:
+    where = f"snapshot value {key}={_short(entry['value'])}"
+    keys = feature.keys()
+    if key not in keys:
+        raise _fail(f"{where}: feature {feature.name!r} owns no key {key}")
+    option = keys[key]
+    if entry["feature"] != feature.name or entry["option"] != (option.name if option else None):
+        raise _fail(f"{where}: labelled feature={entry['feature']!r} option={entry['option']!r}, but "
+                    f"the key belongs to feature {feature.name!r}"
+                    + (f" option {option.name!r}" if option else " (its flag)"))
+    try:
+        value = cast_bool(entry["value"]) if option is None else option.cast(entry["value"])
+    except CastError as exc:
+        raise _fail(f"{where} is not a valid value for "
+                    + (f"flag {key}" if option is None else f"{option.kind} option {key}")
+                    + f"; accepted: {exc.accepted}") from None
+    chain = tuple((s, tuple(v) if isinstance(v, list) else v) for s, v in entry["chain"])
+    return Resolved(key, feature.name, option.name if option else None, value, entry["source"], chain)
+
+
+def _reserved(reserved: Mapping) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, (kind, _default, choices) in RESERVED_TYPES.items():
+        if key not in reserved:
+            raise _fail(f"reserved setting {key} is missing")
+        try:
+            out[key] = cast(kind, reserved[key], choices=choices)
+        except CastError as exc:
+            raise _fail(f"reserved setting {key}={_short(reserved[key])} is not valid; accepted: "
+                        f"{exc.accepted}") from None
+    fp = reserved.get("FINGERPRINT")
+    if not isinstance(fp, dict):
+        raise _fail(f"reserved setting FINGERPRINT = {_short(fp)} is not an object")
+    out["FINGERPRINT"] = {}
+    for name in ("prefixes", "volatile", "volatile_argv"):
+        out["FINGERPRINT"][name] = tuple(_strs(fp.get(name, []), f"FINGERPRINT.{name}"))
+    extra = sorted(set(reserved) - set(out))
+    if extra:
+        raise _fail(f"unknown reserved setting(s) {', '.join(extra)}")
+    return out
+
+
+def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple[Feature, ...]]:
+    """The Launch and its features from a ``decode``-checked dict.
+
+    Entry points must be declared by an installed distribution; feature files must match their
+    recorded sha256 (the verified bytes are what is executed); every value is re-cast through its
+    feature's declared type and bounds; every key of every loaded feature must be present and no
+    other. Raises SnapshotError (DeclarationError from a feature module that fails to import).
+    """
+    from ._discovery import discover
+
+    discover_features = discover_features or discover
+    eps = _pairs(data["entry_points"], "snapshot.entry_points")
+    unknown = sorted(set(eps) - installed_entry_points())
+    if unknown:
+        raise _fail(f"entry point(s) {', '.join(f'{n} = {v}' for n, v in unknown)} are not declared "
+                    f"by any installed distribution in group dsv41_flags.features",
+                    "a snapshot never names code to load: only installed distributions do")
+    sources = verified_sources(data)
+    fdir = Path(data["features_dir"]) if data["features_dir"] else None
+    features = discover_features(fdir, entry_points=eps, sources=sources, checked=True)
+    res = data["resolution"]
+    by_key = {k: f for f in features for k in f.keys()}
+    values: dict[str, Resolved] = {}
+    for key, entry in res["values"].items():
+        feature = by_key.get(key)
+        if feature is None:
+            raise _fail(f"key {key} belongs to no feature of the launch "
+                        f"({', '.join(sorted(f.name for f in features)) or 'none'})")
+        values[key] = _recast(key, entry, feature)
+    missing = sorted(set(by_key) - set(values))
+    if missing:
+        raise _fail(f"no value for key(s) {', '.join(missing)} of the launch's features")
+    resolution = Resolution(
+        profile=res["profile"], profiles=tuple(res["profiles"]), files=tuple(res["files"]),
+        values=values, reserved=_reserved(res["reserved"]),
+        volatile_sources=dict(res.get("volatile_sources", {})),
+        problems=tuple(Problem(*p) for p in res.get("problems", [])),
+        notes=tuple(res.get("notes", [])))
+    fp = data["fingerprint"]
+    fingerprint = Fingerprint(fp["digest"], fp["payload"], fp.get("excluded", {}))
+    launch = Launch(resolution, fingerprint, data["features_dir"],
+                    tuple(sorted((str(p), sha256_bytes(b)) for p, b in sources.items())),
+                    tuple(sorted(eps)), data["pid"], dict(data["env"]))
+    return launch, features
