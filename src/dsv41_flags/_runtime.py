@@ -91,6 +91,7 @@ class Runtime:
         self.guard_registered = False
         self.announced = False
         self.snapshot_notes: list[str] = []
+        self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
 
     # ------------------------------------------------------------------ the launch
     @property
@@ -245,6 +246,9 @@ class Runtime:
             return
         self.announced = True
         self.log.info("flags.resolved", **self.report())
+        if self.snapshot_refused:
+            self.log.warning("snapshot.refused", reason=self.snapshot_refused,
+                             outcome="settings resolved in this process (strict = false)")
         for note in self.snapshot_notes:
             self.log.warning("snapshot.mismatch", note=note)
 
@@ -451,6 +455,8 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
             rt = Runtime(features, launch, from_snapshot=True)
             rt.snapshot_notes = snapshot_differences(launch.env, environ)
             return rt
+    if refused is not None:  # the refused text is never read again (Dynaconf would parse it)
+        environ = {k: v for k, v in environ.items() if k != SNAPSHOT_VAR}
     try:
         features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
                                                     configure_logging=configure_logging)
@@ -465,8 +471,8 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     fingerprint = compute(resolution, features, argv, environ)
     rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)))
     if refused is not None:
-        rt.snapshot_notes = [f"{refused}: strict = false, so the settings were resolved in this "
-                             f"process instead (the launch's values may differ from these)"]
+        rt.snapshot_refused = (f"{refused}: strict = false, so the settings were resolved in this "
+                               f"process instead (the launch's values may differ from these)")
     return rt
 
 

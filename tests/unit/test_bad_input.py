@@ -171,7 +171,7 @@ def test_child_variable_disagreeing_with_snapshot_is_reported(make_runtime):
               configure_logging=False, features_dir=FEATURES_DIR)
     garbage = build(None, None, environ={"DSV41_SNAPSHOT": "{not json", "DSV41_STRICT": "0"},
                     argv=[], configure_logging=False, features_dir=FEATURES_DIR)
-    assert not garbage.from_snapshot and "not JSON" in garbage.snapshot_notes[0]
+    assert not garbage.from_snapshot and "not JSON" in garbage.snapshot_refused
 
 
 def test_classmethod_and_staticmethod_keep_their_kind():
