@@ -6,8 +6,6 @@ here and activates the framework once per process, from the launch's snapshot wh
 """
 from __future__ import annotations
 
-from ._sglang import caller_context  # noqa: F401  (kept importable from here)
-
 
 def load() -> None:
     """Activate dsv41_flags in this sglang process (once), with its role and ranks read from the
