@@ -354,7 +354,7 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
 
     discover_features = discover_features or discover
     eps = _pairs(data["entry_points"], "snapshot.entry_points")
-    unknown = sorted(set(eps) - installed_entry_points())
+    unknown = sorted(set(eps) - installed_entry_points()) if eps else []  # scan only when needed
     if unknown:
         raise _fail(f"entry point(s) {', '.join(f'{n} = {v}' for n, v in unknown)} are not declared "
                     f"by any installed distribution in group dsv41_flags.features",
