@@ -334,8 +334,13 @@ def _reserved(reserved: Mapping) -> dict[str, Any]:
     if not isinstance(fp, dict):
         raise _fail(f"reserved setting FINGERPRINT = {_short(fp)} is not an object")
     out["FINGERPRINT"] = {}
+    for name, value in fp.items():  # lists of strings, or string -> string tables (sources)
+        where = f"FINGERPRINT.{name}"
+        out["FINGERPRINT"][name] = (tuple(_strs(value, where)) if isinstance(value, list)
+                                    else dict(_str_map(value, where)))
     for name in ("prefixes", "volatile", "volatile_argv"):
-        out["FINGERPRINT"][name] = tuple(_strs(fp.get(name, []), f"FINGERPRINT.{name}"))
+        if not isinstance(out["FINGERPRINT"].get(name, ()), tuple):
+            raise _fail(f"reserved setting FINGERPRINT.{name} is not a list of strings")
     extra = sorted(set(reserved) - set(out))
     if extra:
         raise _fail(f"unknown reserved setting(s) {', '.join(extra)}")
