@@ -18,10 +18,24 @@ def load() -> None:
     ``SystemExit(3)``: sglang's ``load_plugins()`` logs and swallows a plugin's ``Exception``
     ("Failed to execute general plugin") and would boot with nothing armed; SystemExit is not an
     Exception, so the boot stops here. Non-strict: the process runs, the event says what is on."""
-    from . import _sglang
-    from ._activation import EXIT_STRICT, activate_entry, fail
+    import os
+    import sys
 
-    ctx = _sglang.caller_context()
+    try:
+        from . import _sglang
+        from ._activation import EXIT_STRICT, activate_entry, fail
+    except Exception as exc:  # the package itself is broken here: no event possible
+        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=sglang-plugin importing "
+                         f"dsv41_flags raised {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
+            return
+        raise SystemExit(3) from None
+
+    try:
+        ctx = _sglang.caller_context()
+    except Exception:  # an unexpected frame shape: role and ranks unknown, activation goes on
+        ctx = {}
     role = ctx.pop("role", None)
     rt = activate_entry("sglang-plugin", role=role, context=ctx)
     if rt is None:
