@@ -19,6 +19,7 @@ from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
 from ._names import RESERVED, suggest
 from ._fingerprint import compute, diff as payload_diff, prefix_sources, read_sidecar, write_sidecar
+from ._launch import Launch
 from ._runtime import Runtime, resolve_launch
 from ._settings import _jsonable
 from ._static import check_feature
@@ -168,7 +169,7 @@ def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -
     (``missing``). ``armed_only``: only features whose flag is on (the ones a boot stops on)."""
     chosen = [f for f in features if not armed_only or resolution.flag(f)]
     drift = {f.name: _drift_of(f, fdir) for f in chosen}
-    rt = Runtime(features, resolution, fp, features_dir=fdir)
+    rt = Runtime(features, Launch.of(resolution, fp, features, fdir, {}))
     states = {st.name: st for st in rt.preview({n: m for n, (m, _) in drift.items()})}
     rows = []
     for f in chosen:

@@ -25,7 +25,7 @@ def load() -> None:
         from . import _sglang
         from ._activation import EXIT_STRICT, activate_entry, fail
     except Exception as exc:  # the package itself is broken here: no event possible
-        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=sglang-plugin importing "
+        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin importing "
                          f"dsv41_flags raised {type(exc).__name__}: {exc}\n")
         sys.stderr.flush()
         if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
@@ -37,18 +37,17 @@ def load() -> None:
     except Exception:  # an unexpected frame shape: role and ranks unknown, activation goes on
         ctx = {}
     role = ctx.pop("role", None)
-    rt = activate_entry("sglang-plugin", role=role, context=ctx)
+    rt = activate_entry(_sglang.PLUGIN_ENTRY_NAME, role=role, context=ctx)
     if rt is None:
         return
     # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
     # import of sglang's parallel_state
-    if rt.guard_registered or rt.context.fields.get("role") in (
-            "engine", "detokenizer", "data_parallel_controller"):
+    if rt.guard_registered or rt.context.fields.get("role") in _sglang.NO_GUARD_ROLES:
         return
     try:
         from ._guard import register_sglang_guard
 
         rt.guard_registered = register_sglang_guard(rt)
     except Exception as exc:
-        if fail(exc, "sglang-plugin", role, ctx):
+        if fail(exc, _sglang.PLUGIN_ENTRY_NAME, role, ctx):
             raise SystemExit(EXIT_STRICT) from None

@@ -313,6 +313,10 @@ FINGERPRINT = EngineFacts(
 # ``run_<role>_process(...)`` frame that calls ``load_plugins()``, and whether sglang's plugin
 # loader will activate a spawned process (so the ``dsv41-flags run`` bootstrap leaves it to the
 # plugin, which knows role and ranks before the first event).
+#: the ``entry`` field of a ``flags.error`` raised under sglang's plugin loader
+PLUGIN_ENTRY_NAME = "sglang-plugin"
+#: roles whose processes never initialise the model-parallel world (no rank guard there)
+NO_GUARD_ROLES = ("engine", "detokenizer", "data_parallel_controller")
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
 PLUGIN_GROUP = "sglang.srt.plugins"
 #: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``)
