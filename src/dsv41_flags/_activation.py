@@ -177,7 +177,7 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
             ctx.update(role=role or "unknown", **dict(context or {}))
             configure(os.environ.get("DSV41_LOG_FORMAT", "auto") or "auto",
                       os.environ.get("DSV41_LOG_LEVEL", "info") or "info")
-            log = get_logger(**ctx.as_fields())
+            log = get_logger(ctx)
         if not isinstance(exc, FlagsError):
             import traceback
 
