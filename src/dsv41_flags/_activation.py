@@ -166,7 +166,7 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
         "internal": not isinstance(exc, FlagsError),
     }
     if rt is not None:
-        fields["states"] = [{"name": s.name, "state": s.state, "detail": s.detail} for s in rt.states()]
+        fields["states"] = rt.recorded_states()
     try:
         from ._events import ProcessContext, configure, get_logger
 

@@ -330,6 +330,16 @@ class Runtime:
         return [self._states.get(f.name) or self._set(f, "armed" if self.value(f) else "off")
                 for f in self.features.values()]
 
+    def recorded_states(self) -> list[dict]:
+        """Per feature (install order) what is true now, for ``flags.error``: the recorded state, or
+        ``not-armed`` for a feature that activation never reached (no hook registered)."""
+        out = []
+        for f in self.features.values():
+            st = self._states.get(f.name)
+            out.append({"name": f.name, "state": st.state if st else "not-armed",
+                        "detail": st.detail if st else "activation stopped before arming it"})
+        return out
+
     def audit(self) -> list[FeatureState]:
         """Re-check every feature: an armed feature whose target was never imported becomes
         ``pending``; an installed one whose patched attribute no longer holds our replacement
