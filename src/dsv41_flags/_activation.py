@@ -213,12 +213,17 @@ def _interpreter_argv() -> list[str]:
 
 
 def is_multiprocessing_helper(argv: Sequence[str] | None = None) -> bool:
-    """True for multiprocessing's helper processes (resource tracker, forkserver): they run no
-    user code and are not engine processes."""
+    """True for multiprocessing's resource tracker: it runs no user code and is not an engine
+    process."""
     argv = _interpreter_argv() if argv is None else list(argv)
-    text = " ".join(argv)
-    return ("from multiprocessing.resource_tracker import main" in text
-            or "from multiprocessing.forkserver import main" in text)
+    return "from multiprocessing.resource_tracker import main" in " ".join(argv)
+
+
+def is_forkserver(argv: Sequence[str] | None = None) -> bool:
+    """True in multiprocessing's forkserver: it runs no user code itself, but forks the children
+    that do (each then activates before its target, like a spawned child)."""
+    argv = _interpreter_argv() if argv is None else list(argv)
+    return "from multiprocessing.forkserver import main" in " ".join(argv)
 
 
 def is_spawn_child(argv: Sequence[str] | None = None) -> bool:
@@ -229,14 +234,15 @@ def is_spawn_child(argv: Sequence[str] | None = None) -> bool:
 
 def bootstrap() -> None:
     """Interpreter-start activation for ``dsv41-flags run`` (called by the bootstrap
-    ``sitecustomize``). Multiprocessing helpers are left alone. A spawned child waits until its
+    ``sitecustomize``). The resource tracker is left alone. A spawned child (or a child of the
+    forkserver, which itself does not activate) waits until its
     target is known: an sglang process entry whose ``load_plugins()`` will call our plugin is left
     to the plugin (which knows role and ranks before the first event); any other target is
     activated just before it runs. Everything else activates now. A failure follows ``fail``: in
     strict mode the process exits with status 3 before running anything."""
     if is_multiprocessing_helper():
         return
-    if is_spawn_child():
+    if is_spawn_child() or is_forkserver():
         _activate_before_spawn_target()
         return
     _bootstrap_activate()
@@ -260,7 +266,7 @@ def _activate_before_spawn_target() -> None:
     original = mpp.BaseProcess._bootstrap
 
     def _bootstrap(self, *args, **kwargs):
-        mpp.BaseProcess._bootstrap = original
+        mpp.BaseProcess._bootstrap = original  # this process only (a forkserver keeps its copy)
         if not _sglang.plugin_will_activate(getattr(self, "_target", None)):
             _bootstrap_activate()
         return original(self, *args, **kwargs)

@@ -473,20 +473,22 @@ def test_item14_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children(
     assert not _sglang.plugin_will_activate(print)
 
 
-def test_item14_run_spawn_child_and_resource_tracker(demo):
-    """Under ``dsv41-flags run``: a spawned child whose target is not an sglang entry activates
-    before its target runs (role child, once); multiprocessing's resource tracker never activates."""
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_item14_run_spawn_child_and_resource_tracker(demo, method):
+    """Under ``dsv41-flags run``: a spawned (or forkserver) child whose target is not an sglang
+    entry activates before its target runs (role child, once); multiprocessing's resource tracker
+    and forkserver never activate."""
     (demo.dir / "prog.py").write_text(textwrap.dedent(f"""
         import multiprocessing as mp, os
         def work():
             import {demo.target} as m, dsv41_flags
             print("CHILD", os.getpid(), m.Worker().forward().replace(" ", "_"), flush=True)
         if __name__ == "__main__":
-            ctx = mp.get_context("spawn")
+            ctx = mp.get_context("METHOD")
             sem = ctx.Semaphore()                 # starts the resource tracker
             p = ctx.Process(target=work)
             p.start(); p.join(60)
-    """))
+    """).replace("METHOD", method))
     proc = subprocess.run([CLI, "run", "--", sys.executable, str(demo.dir / "prog.py")], env=demo.env,
                           capture_output=True, text=True, timeout=120, cwd=demo.dir)
     assert proc.returncode == 0, proc.stderr
