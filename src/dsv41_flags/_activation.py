@@ -104,6 +104,19 @@ def runtime() -> Runtime | None:
     return rt if rt is not None and rt.pid == os.getpid() else None
 
 
+def process_state() -> tuple[Runtime | None, tuple[int, BaseException] | None]:
+    """``(runtime, failed)`` of this process as held here (for ``dsv41_flags.testing``, which
+    saves and restores them around a test)."""
+    return _RUNTIME, _FAILED
+
+
+def set_process_state(state: tuple[Runtime | None, tuple[int, BaseException] | None]) -> None:
+    """Put back what ``process_state`` returned (``(None, None)``: never activated)."""
+    global _RUNTIME, _FAILED
+    with _LOCK:
+        _RUNTIME, _FAILED = state
+
+
 def _remove_spill_at_exit(rt: Runtime) -> None:
     """The launching process removes the launch's spill file (if any) when it exits."""
     path = spill_path(os.environ.get(SNAPSHOT_VAR, ""))

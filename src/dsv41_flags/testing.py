@@ -30,6 +30,7 @@ import structlog
 from structlog.testing import LogCapture
 
 import dsv41_flags
+from dsv41_flags import _activation
 from dsv41_flags._declare import ENV_PREFIX
 from dsv41_flags._discovery import PACKAGE
 from dsv41_flags._runtime import FeatureState, Runtime
@@ -105,7 +106,7 @@ class FlagsKit:
         # every level captured (a level filter left by an earlier configuration would hide events)
         structlog.configure(processors=[self._capture], cache_logger_on_first_use=False,
                             wrapper_class=structlog.make_filtering_bound_logger(0))
-        dsv41_flags._RUNTIME = None
+        _activation.set_process_state((None, None))
         # export=False: the kit's snapshot must not reach processes the test starts
         self.runtime = dsv41_flags.activate([path], profile, export=False)
         return self.runtime
@@ -134,7 +135,7 @@ class FlagsKit:
             "environ": dict(os.environ),
             "structlog": structlog.get_config(),
             "structlog_configured": structlog.is_configured(),
-            "runtime": dsv41_flags._RUNTIME,
+            "process_state": _activation.process_state(),
             "modules": {k for k in sys.modules if k == PACKAGE or k.startswith(PACKAGE + ".")},
         }
 
@@ -145,8 +146,9 @@ class FlagsKit:
         if saved is None:
             return
         # activate() may have raised after making its runtime the process's (strict drift at arm)
+        current = _activation.process_state()[0]
         rt = self.runtime if self.runtime is not None else (
-            dsv41_flags._RUNTIME if dsv41_flags._RUNTIME is not saved["runtime"] else None)
+            current if current is not saved["process_state"][0] else None)
         try:
             if rt is not None:
                 rt.uninstall()  # also disarms hooks whose target was never imported
@@ -157,7 +159,7 @@ class FlagsKit:
                 structlog.configure(**saved["structlog"])
             else:
                 structlog.reset_defaults()
-            dsv41_flags._RUNTIME = saved["runtime"]
+            _activation.set_process_state(saved["process_state"])
             for name in [k for k in sys.modules if (k == PACKAGE or k.startswith(PACKAGE + "."))
                          and k not in saved["modules"]]:
                 del sys.modules[name]
