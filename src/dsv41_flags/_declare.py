@@ -130,6 +130,11 @@ class Feature:
     refs: upstream references (``"sglang#40320"``).
     after: names of features whose patches must be applied before this one.
     default: flag value when no settings file or variable sets it.
+    live: True when the feature may be switched while serving (``Runtime.switch``, ``dsv41-flags
+      set``): its patch is installed even when the flag is off at boot, bypassed (one attribute
+      read per call) until switched on. Declare it only for a patch that is correct to turn on or
+      off between two calls (``folded_fence``: it only clones outputs after the verify); a patch
+      that acts at boot (``autotune_keep``) is not live-safe. Since issue 12.
     Tuple fields must be tuples (a list is refused: a declaration is frozen, copied with
     ``dataclasses.replace``, never changed after construction).
     source: file that declared it (set by discovery); entry_point: ``(name, value)`` when it came
@@ -150,6 +155,7 @@ class Feature:
     refs: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
     default: bool = False
+    live: bool = False
     source: str = field(default="", compare=False)
     entry_point: tuple[str, ...] = field(default=(), compare=False)
     source_sha256: str = field(default="", compare=False)
@@ -181,6 +187,8 @@ class Feature:
             raise DeclarationError(f"{where}: duplicate option names in {names}")
         if not isinstance(self.default, bool):
             raise DeclarationError(f"{where}: default must be True or False, got {self.default!r}")
+        if not isinstance(self.live, bool):
+            raise DeclarationError(f"{where}: live must be True or False, got {self.live!r}")
 
     def _check_ranges(self, where: str) -> None:
         """Parse ``engine`` and ``fixed_in`` (packaging). Raises DeclarationError."""

@@ -148,7 +148,10 @@ class InstallContext:
 
     feature: the Feature; options: option name -> resolved value; fingerprint: the launch
     Fingerprint (from the snapshot in children); log: a structlog logger bound with
-    ``feature=<name>``; ledger: the runtime's patch ledger (use ``patch``).
+    ``feature=<name>``; ledger: the runtime's patch ledger (use ``patch``); gate: for a live
+    feature (``Feature(live=True)``), its switch (``gate.on``), else None. Every ``patch`` of a
+    live feature is bypassed while ``gate.on`` is False (see ``_live.gated``), so the feature file
+    stays only the patch; read ``gate.on`` yourself only for state that is not a patched callable.
     """
 
     feature: Any
@@ -156,11 +159,19 @@ class InstallContext:
     fingerprint: Any
     log: Any
     ledger: Ledger = field(repr=False)
+    gate: Any = None
 
     def patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> Any:
         """Replace ``owner.attr`` by ``make(original)`` through the ledger; returns the replacement.
 
         Installing twice leaves one wrapper level; ``Runtime.uninstall`` restores the original.
-        Raises AttributeError when ``owner`` has no ``attr``.
+        For a live feature the replacement is a bypass wrapper (``_live.gated``) that calls
+        ``make``'s result while ``ctx.gate.on`` and the original otherwise.
+        Raises AttributeError when ``owner`` has no ``attr``; SwitchError when a live feature
+        patches something that is not callable.
         """
+        if self.gate is not None:
+            from ._live import gated
+
+            make = gated(make, self.gate, f"{getattr(owner, '__qualname__', getattr(owner, '__name__', owner))}.{attr}")
         return self.ledger.patch(self.feature.name, owner, attr, make).replacement

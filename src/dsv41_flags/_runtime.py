@@ -25,6 +25,7 @@ from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute
 from ._hooks import register_post_import_hook
 from ._launch import Launch, decode, encode, materialize
+from ._live import SWITCHABLE_STATES, NotLiveError, Switchboard, SwitchError, Toggle, parse_value
 from ._patch import InstallContext, Ledger
 from ._names import SNAPSHOT_VAR
 from ._resolution import Resolution
@@ -36,10 +37,12 @@ STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=
 class FeatureState:
     """One feature's state in this process.
 
-    state: off | armed | installed | drifted | failed | pending | fixed-upstream | lost |
-    uninstalled;
-    value / source: the resolved flag; target: module name; detail: missing names, the error, or
-    the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched.
+    state: off | armed | installed | bypassed | drifted | failed | pending | fixed-upstream |
+    lost | uninstalled (``bypassed``: a live feature's patch is in place but switched off);
+    value / source: the flag now (a live switch overrides the resolved value until the next
+    launch) and where it came from; target: module name; detail: missing names, the error, or
+    the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched;
+    live: the feature may be switched while serving.
     """
 
     name: str
@@ -50,12 +53,13 @@ class FeatureState:
     detail: str = ""
     duration_ms: float | None = None
     patches: tuple[str, ...] = ()
+    live: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every field."""
         return {"name": self.name, "state": self.state, "value": self.value, "source": self.source,
                 "target": self.target, "detail": self.detail, "duration_ms": self.duration_ms,
-                "patches": list(self.patches)}
+                "patches": list(self.patches), "live": self.live}
 
 
 def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> Path:
@@ -92,6 +96,7 @@ class Runtime:
         self.announced = False
         self.snapshot_notes: list[str] = []
         self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
+        self.live = Switchboard()   # live features' gates, generation, history
 
     # ------------------------------------------------------------------ the launch
     @property
@@ -139,14 +144,23 @@ class Runtime:
         return self.resolution.strict
 
     def value(self, feature: Feature) -> bool:
-        """Resolved flag of ``feature`` (False for a feature unknown to the snapshot)."""
+        """The flag of ``feature`` now: a live feature's gate once armed, else the resolved value
+        (False for a feature unknown to the snapshot)."""
+        gate = self.live.gates.get(feature.name)
+        if gate is not None:
+            return gate.on
         resolved = self.resolution.values.get(feature.flag)
         return bool(resolved.value) if resolved else False
 
     def source(self, feature: Feature) -> str:
-        """Where the flag's value came from (``default`` / ``<file> [<section>]`` / ``env DSV41_X``)."""
+        """Where the flag's value came from (``default`` / ``<file> [<section>]`` / ``env DSV41_X``;
+        after a live switch ``live switch generation N by WHO (boot: ...)``)."""
         resolved = self.resolution.values.get(feature.flag)
-        return resolved.source if resolved else "not in snapshot"
+        boot = resolved.source if resolved else "not in snapshot"
+        last = self.live.last(feature.name)
+        if last is not None:
+            return f"live switch generation {last.generation} by {last.requested_by} (boot: {boot})"
+        return boot
 
     def options(self, feature: Feature) -> dict[str, Any]:
         """Option name -> resolved value."""
@@ -171,7 +185,7 @@ class Runtime:
     # ------------------------------------------------------------------ install
     def _set(self, feature: Feature, state: str, **kw) -> FeatureState:
         st = FeatureState(feature.name, state, self.value(feature), self.source(feature),
-                          feature.target, **kw)
+                          feature.target, live=feature.live, **kw)
         self._states[feature.name] = st
         return st
 
@@ -195,17 +209,24 @@ class Runtime:
             if state == "armed" and missing.get(feature.name):
                 state, detail = "drifted", "; ".join(missing[feature.name])
             out.append(FeatureState(feature.name, state, self.value(feature), self.source(feature),
-                                    feature.target, detail=detail))
+                                    feature.target, detail=detail, live=feature.live))
         return out
 
     def arm(self) -> None:
         """Register a post-import hook on the target of every armed feature (fires at once if the
         target is already imported). A feature whose engine is in its ``fixed_in`` range is
-        skipped (state ``fixed-upstream``). Raises DriftError in strict mode when an install that
-        fires at once drifts or fails."""
+        skipped (state ``fixed-upstream``). A live feature whose flag is off gets its hook too and
+        is installed bypassed (state ``off`` until its target is imported, then ``bypassed``).
+        Raises DriftError in strict mode when an install that fires at once drifts or fails."""
         for feature in self.features.values():
+            on = self.value(feature)
             state, reason = self.gate(feature)
-            if state == "off":
+            if state == "off" and feature.live:
+                reason = fixed_upstream(feature)  # a live feature off at boot is hooked, unless
+                if reason:                        # upstream carries the fix
+                    self._set(feature, "off", detail=reason)
+                    continue
+            elif state == "off":
                 self._set(feature, "off")
                 continue
             if state == "fixed-upstream":
@@ -216,8 +237,11 @@ class Runtime:
             self._disarmed.discard(feature.name)
             if feature.name in self._hooked:
                 continue
+            if feature.live:
+                self.live.gate(feature.name, on)
             self._hooked.add(feature.name)
-            self._set(feature, "armed")
+            self._set(feature, "armed" if on else "off",
+                      detail="" if on else "live: installed bypassed when its target is imported")
             register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
                                       feature.target)
 
@@ -226,7 +250,8 @@ class Runtime:
         or is already installed in this process (a forked child inherits the parent's patches and
         its hooks: the child's runtime is this same object, adopted at fork)."""
         st = self._states.get(feature.name)
-        if feature.name in self._disarmed or st is None or st.state not in ("armed", "pending"):
+        waiting = ("armed", "pending") + (("off",) if feature.live else ())  # live: installs bypassed
+        if feature.name in self._disarmed or st is None or st.state not in waiting:
             return st
         self.announce()
         return self.install(feature, module)
@@ -257,9 +282,11 @@ class Runtime:
 
         Returns the new state. In strict mode raises DriftError naming the feature, the target and
         what is missing (drift) or what raised (failure); otherwise the failure is logged with its
-        traceback and other features go on.
+        traceback and other features go on. A live feature that is off never stops the process
+        (nothing was asked of it): its drift or failure is reported and it cannot be switched on.
         """
         start = time.perf_counter()
+        strict = self.strict and self.value(feature)
         missing = missing_on(feature, module)
         bad_version = version_problem(feature)
         if bad_version:
@@ -267,13 +294,14 @@ class Runtime:
         if missing:
             st = self._set(feature, "drifted", detail="; ".join(missing))
             self.log.error("feature.drifted", feature=feature.name, target=feature.target,
-                           missing=missing, strict=self.strict)
-            if self.strict:
+                           missing=missing, strict=strict)
+            if strict:
                 raise DriftError(f"feature {feature.name!r}: target {feature.target} drifted: missing "
                                  f"{', '.join(missing)} ({STRICT_HINT})")
             return st
         ctx = InstallContext(feature, self.options(feature), self.fingerprint,
-                             self.log.bind(feature=feature.name), self.ledger)
+                             self.log.bind(feature=feature.name), self.ledger,
+                             self.live.gate(feature.name, self.value(feature)) if feature.live else None)
         try:
             feature.install(module, ctx)
         except Exception as exc:
@@ -281,8 +309,8 @@ class Runtime:
             st = self._set(feature, "failed", detail=f"{type(exc).__name__}: {exc}")
             self.log.error("feature.failed", feature=feature.name, target=feature.target,
                            error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
-                           strict=self.strict)
-            if self.strict:
+                           strict=strict)
+            if strict:
                 raise DriftError(f"feature {feature.name!r}: install on {feature.target} raised "
                                  f"{type(exc).__name__}: {exc} ({STRICT_HINT})") from exc
             return st
@@ -290,10 +318,11 @@ class Runtime:
         for record in records:
             self._reach[(feature.name, record.where)] = (_path_in(module, record.owner), record.attr)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)
-        st = self._set(feature, "installed", duration_ms=duration_ms,
-                       patches=tuple(r.where for r in records))
+        st = self._set(feature, "installed" if self.value(feature) else "bypassed",
+                       duration_ms=duration_ms, patches=tuple(r.where for r in records))
         self.log.info("feature.installed", feature=feature.name, target=feature.target,
-                      duration_ms=duration_ms, patches=list(st.patches))
+                      duration_ms=duration_ms, patches=list(st.patches),
+                      **({"live": True, "bypassed": st.state == "bypassed"} if feature.live else {}))
         for record in records:
             stack = self.ledger.stack(record.owner, record.attr)
             if len(stack) > 1:
@@ -321,8 +350,80 @@ class Runtime:
                                      above=sorted({x.feature for r in kept
                                                    for x in self.ledger.stack(r.owner, r.attr)
                                                    if x.feature != feature.name}))
-                elif st is not None and st.state in ("installed", "lost"):
+                elif st is not None and st.state in ("installed", "bypassed", "lost"):
                     self._set(feature, "uninstalled")
+
+    # ------------------------------------------------------------------ live switches
+    def check_switch(self, name: str, value: Any) -> tuple[Feature, bool]:
+        """Phase 1 of a switch: would ``switch(name, value)`` apply in this process? Returns
+        ``(feature, new value)``; changes nothing. Raises SwitchError (unknown feature, bad value,
+        patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
+        NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
+        feature = self.features.get(name)
+        if feature is None:
+            live = [f.name for f in self.features.values() if f.live]
+            raise SwitchError(f"no feature named {name!r}; known: {', '.join(self.features) or 'none'}"
+                              f" (live-safe: {', '.join(live) or 'none'})")
+        new = parse_value(name, value)
+        if not feature.live:
+            raise NotLiveError(
+                f"feature {name!r} is not live-safe (declared without live=True: it acts at boot or "
+                f"cannot change between two calls), so it cannot be switched while serving; set "
+                f"{feature.flag} = {str(new).lower()} in settings.toml or {feature.env_var}="
+                f"{int(new)} and relaunch")
+        st = self._states.get(name)
+        state = st.state if st is not None else "not armed"
+        if name not in self.live.gates or state not in SWITCHABLE_STATES:
+            why = f" ({st.detail})" if st is not None and st.detail else ""
+            raise SwitchError(
+                f"feature {name!r} is {state} in this process{why}: its patch is not in place here, "
+                f"so a switch would change nothing; fix the cause (dsv41-flags check) and relaunch")
+        return feature, new
+
+    def switch(self, name: str, value: Any, *, requested_by: str, generation: int | None = None,
+               step: int | None = None, request_id: str = "") -> Toggle:
+        """Switch live feature ``name`` on or off in this process, from the next call on.
+
+        value: bool or a flag word (on/off, true/false, 1/0, yes/no); requested_by: who asked
+        (recorded and logged); generation: the generation to record (lockstep ranks pass the one
+        they agreed on; default: this process's next); step: the engine step it takes effect at.
+        Emits ``feature.toggled`` (feature, old, new, generation, requested_by, step and the
+        process fields pid, role, ranks) and returns the Toggle. The resolved settings are not
+        changed: the switch is an override until the next launch.
+        Raises SwitchError / NotLiveError (see ``check_switch``); nothing is changed then.
+        """
+        feature, new = self.check_switch(name, value)
+        toggle = self.live.apply(name, new, requested_by=requested_by, generation=generation,
+                                 step=step, request_id=request_id)
+        self._restate(feature)
+        self.log.info("feature.toggled", feature=name, old=toggle.old, new=toggle.new,
+                      generation=toggle.generation, requested_by=requested_by, step=step,
+                      request_id=request_id or None)
+        return toggle
+
+    def rollback(self, toggle: Toggle, reason: str) -> None:
+        """Undo ``toggle`` (the last switch applied here) because another rank could not apply
+        it; emits ``feature.toggle_rolled_back``."""
+        self.live.rollback(toggle)
+        self._restate(self.features[toggle.feature])
+        self.log.warning("feature.toggle_rolled_back", feature=toggle.feature, value=toggle.old,
+                         generation=self.live.generation, reason=reason)
+
+    def _restate(self, feature: Feature) -> None:
+        st = self._states.get(feature.name)
+        if st is None:
+            return
+        on = self.value(feature)
+        if st.state in ("installed", "bypassed"):
+            state = "installed" if on else "bypassed"
+        elif st.state in ("off", "armed", "pending"):
+            state = ("pending" if st.state == "pending" else "armed") if on else "off"
+        else:
+            state = st.state
+        detail = "" if state != "off" else "live: installed bypassed when its target is imported"
+        self._states[feature.name] = FeatureState(
+            feature.name, state, on, self.source(feature), feature.target, detail if state in (
+                "off", "armed", "pending") else st.detail, st.duration_ms, st.patches, feature.live)
 
     # ------------------------------------------------------------------ report
     def states(self) -> list[FeatureState]:
@@ -351,7 +452,7 @@ class Runtime:
             if st.state in ("armed", "pending") and feature.target not in sys.modules:
                 self._set(feature, "pending")
                 self.log.warning("feature.pending", feature=feature.name, target=feature.target)
-            elif st.state == "installed":
+            elif st.state in ("installed", "bypassed"):
                 lost = self._lost(feature)
                 if lost:
                     self._set(feature, "lost", detail=", ".join(lost))

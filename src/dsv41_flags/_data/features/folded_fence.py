@@ -45,4 +45,7 @@ FEATURE = Feature(
     # cloning outputs changes no tuned kernel (seed autotune_keep.py _VOLATILE)
     volatile=("DSV41_FOLDED_FENCE",),
     refs=("sglang#40919",),
+    # switchable while serving: between two verify steps either path is correct (the clone only
+    # detaches outputs); off at boot, it is installed bypassed (dsv41-flags set folded_fence=on)
+    live=True,
 )

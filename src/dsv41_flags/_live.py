@@ -1,0 +1,210 @@
+"""Live switches (issue 12): switch a live-safe feature on or off while the process serves.
+
+A feature declared ``Feature(live=True)`` gets one ``Gate`` per process. Every patch it makes
+through ``ctx.patch`` is wrapped in a bypass (``gated``) that reads ``gate.on`` once per call and
+calls the original while it is off, so a live feature whose flag is off at boot is installed
+*bypassed* and switching it on later needs no re-patch. The ``Switchboard`` (owned by the
+per-process runtime, the one mutable object) holds the gates, the generation number (how many
+switches this process applied; lockstep ranks agree on it) and the history of switches (the
+audit record). Engine-specific transport (sglang RPC, HTTP routes) lives in ``_sglang``.
+
+Settings files stay the source of truth at boot: a live switch is an override until the next
+launch.
+"""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ._errors import FlagsError
+from ._values import CastError, cast_bool
+
+#: states in which a feature's patch is (or will be, on import) in place, so a gate means something
+SWITCHABLE_STATES = ("off", "armed", "pending", "installed", "bypassed")
+
+
+class SwitchError(FlagsError):
+    """A live switch was refused: unknown feature, bad value, a feature that is not live-safe, a
+    patch that is not in place in this process, or ranks that disagree. The message names the
+    feature and says what to do instead."""
+
+
+class NotLiveError(SwitchError):
+    """The feature is not declared ``live=True``: it may only change at the next launch."""
+
+
+class Gate:
+    """The per-process switch of one live feature: ``on`` is read by every bypass wrapper of the
+    feature on every call (one slot read). Only the runtime writes it (``Runtime.switch``)."""
+
+    __slots__ = ("on", "feature")
+
+    def __init__(self, feature: str, on: bool):
+        self.feature = feature
+        self.on = bool(on)
+
+    def __repr__(self) -> str:
+        return f"Gate({self.feature!r}, on={self.on})"
+
+
+def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[Any], Any]:
+    """Wrap a feature's ``make(original) -> replacement`` so that the replacement is bypassed
+    while ``gate.on`` is False: the wrapper calls ``replacement`` when on, ``original`` when off.
+
+    The wrapper carries the replacement's ``__module__``, ``__name__``, ``__qualname__`` and
+    ``__doc__``, ``__wrapped__ = original`` (signature checks see the original) and
+    ``__dsv41_gate__ = gate``. Raises SwitchError when the original or the replacement is not
+    callable (a live feature may only patch functions and methods).
+    """
+
+    def make_gated(original):
+        if not callable(original):
+            raise SwitchError(f"live feature {gate.feature!r}: {where or 'the patched attribute'} is "
+                              f"not callable ({type(original).__name__}); a live feature may only "
+                              f"patch functions and methods (declare it without live=True)")
+        patched = make(original)
+        if not callable(patched):
+            raise SwitchError(f"live feature {gate.feature!r}: the replacement for "
+                              f"{where or 'the patched attribute'} is not callable")
+
+        def bypass(*args, **kwargs):
+            if gate.on:
+                return patched(*args, **kwargs)
+            return original(*args, **kwargs)
+
+        for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+            try:
+                setattr(bypass, name, getattr(patched, name))
+            except (AttributeError, TypeError):
+                pass
+        bypass.__wrapped__ = original
+        bypass.__dsv41_gate__ = gate
+        return bypass
+
+    return make_gated
+
+
+@dataclass(frozen=True)
+class Toggle:
+    """One applied switch: ``feature`` went from ``old`` to ``new`` as this process's
+    ``generation``; ``requested_by`` who asked; ``step`` the engine step it took effect at (the
+    scheduler's ``forward_ct``; None outside a scheduler); ``at`` UTC ISO time;
+    ``request_id`` the id shared by every rank of one lockstep request ("" in-process)."""
+
+    feature: str
+    old: bool
+    new: bool
+    generation: int
+    requested_by: str
+    step: int | None = None
+    at: str = ""
+    request_id: str = ""
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict of every field."""
+        return {"feature": self.feature, "old": self.old, "new": self.new,
+                "generation": self.generation, "requested_by": self.requested_by,
+                "step": self.step, "at": self.at, "request_id": self.request_id}
+
+
+class Switchboard:
+    """Gates, generation and switch history of one process (part of the runtime).
+
+    ``generation`` starts at 0 at boot and becomes the generation of each applied switch;
+    ``history`` lists every applied ``Toggle`` in order; ``reply`` is the transport's scratch slot
+    (the JSON answer of the last engine RPC, read once by ``_sglang``)."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, Gate] = {}
+        self.generation = 0
+        self.history: list[Toggle] = []
+        self.reply: str | None = None
+        self.transport: dict[str, Any] = {}  # engine adapter state (RPC endpoint, client)
+
+    def gate(self, feature: str, on: bool) -> Gate:
+        """The gate of ``feature`` (created with ``on`` the first time)."""
+        gate = self.gates.get(feature)
+        if gate is None:
+            gate = self.gates[feature] = Gate(feature, on)
+        return gate
+
+    def last(self, feature: str) -> Toggle | None:
+        """The last applied switch of ``feature``, or None."""
+        return next((t for t in reversed(self.history) if t.feature == feature), None)
+
+    def apply(self, feature: str, new: bool, *, requested_by: str, generation: int | None = None,
+              step: int | None = None, request_id: str = "") -> Toggle:
+        """Set the gate and record the switch (generation: the next one unless given)."""
+        gate = self.gates[feature]
+        toggle = Toggle(feature, gate.on, bool(new),
+                        self.generation + 1 if generation is None else int(generation),
+                        requested_by, step, _now(), request_id)
+        gate.on = toggle.new
+        self.generation = toggle.generation
+        self.history.append(toggle)
+        return toggle
+
+    def rollback(self, toggle: Toggle) -> None:
+        """Undo ``toggle`` (the last applied one): gate back to ``old``, generation and history as
+        before it. Used when another rank failed to apply the same switch."""
+        if self.history and self.history[-1] is toggle:
+            self.history.pop()
+        self.gates[toggle.feature].on = toggle.old
+        self.generation = self.history[-1].generation if self.history else 0
+
+
+def parse_value(name: str, raw: Any) -> bool:
+    """The new value of a switch: a bool, or a flag word (``on/off``, ``true/false``, ``1/0``,
+    ``yes/no``, any case). Raises SwitchError naming the feature, the value and the words."""
+    try:
+        if isinstance(raw, str) and not raw.strip():
+            raise CastError("one of on/off, true/false, 1/0, yes/no (any case)")
+        return cast_bool(raw)
+    except CastError as exc:
+        raise SwitchError(f"switch {name}={raw!r}: the value is not {exc.accepted}") from None
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """``"folded_fence=on"`` -> ``("folded_fence", "on")``; the name may also be the flag key or
+    the ``DSV41_`` variable (``FOLDED_FENCE=1``). Raises SwitchError when there is no ``=``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise SwitchError(f"{text!r} is not NAME=VALUE (for example folded_fence=on)")
+    return feature_name(name), value.strip()
+
+
+def feature_name(name: str) -> str:
+    """Normalise a feature name given as ``folded_fence``, ``FOLDED_FENCE`` or
+    ``DSV41_FOLDED_FENCE`` to ``folded_fence``."""
+    name = name.strip()
+    if name.upper().startswith("DSV41_"):
+        name = name[len("DSV41_"):]
+    return name.lower()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def process_status(runtime, **extra: Any) -> dict:
+    """This process's answer to ``dsv41-flags status --url``: the shape of ``status --json``
+    (``profile, settings_files, fingerprint, features: [{name, state, value, source, target,
+    live, ...}], warnings, notes``) plus the process fields (``pid, process, role, tp_rank,
+    pp_rank, dp_rank`` when known), ``generation`` (switches applied here), ``switches`` (every
+    applied Toggle, the audit record) and ``extra`` (e.g. ``step``)."""
+    rows = []
+    for st in runtime.states():
+        feature = runtime.features[st.name]
+        row = st.to_dict()
+        row.update(engine=feature.engine, options=runtime.options(feature))
+        rows.append(row)
+    return {**runtime.context.as_fields(), **extra,
+            "generation": runtime.live.generation,
+            "profile": runtime.resolution.profile,
+            "settings_files": list(runtime.resolution.files),
+            "fingerprint": runtime.fingerprint.digest,
+            "features": rows,
+            "switches": [t.to_dict() for t in runtime.live.history],
+            "warnings": [p.message for p in runtime.resolution.warnings],
+            "notes": list(runtime.resolution.notes)}
