@@ -20,6 +20,8 @@ from typing import Any, Callable
 from ._errors import FlagsError
 from ._values import CastError, cast_bool
 
+#: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
+BUILTIN = "dsv41_flags"
 #: states in which a feature's patch is (or will be, on import) in place, so a gate means something
 SWITCHABLE_STATES = ("off", "armed", "pending", "installed", "bypassed")
 
@@ -163,6 +165,25 @@ def parse_value(name: str, raw: Any) -> bool:
         return cast_bool(raw)
     except CastError as exc:
         raise SwitchError(f"switch {name}={raw!r}: the value is not {exc.accepted}") from None
+
+
+def check_declared(features: dict, name: str, value: Any):
+    """The declaration half of a switch check (no runtime state needed, so the HTTP server process
+    can refuse early): ``features`` name -> Feature. Returns ``(feature, new bool)``. Raises
+    SwitchError (unknown feature, bad value) or NotLiveError (declared without ``live=True``)."""
+    feature = features.get(name)
+    if feature is None:
+        live = [f.name for f in features.values() if f.live]
+        raise SwitchError(f"no feature named {name!r}; known: {', '.join(features) or 'none'}"
+                          f" (live-safe: {', '.join(live) or 'none'})")
+    new = parse_value(name, value)
+    if not feature.live:
+        raise NotLiveError(
+            f"feature {name!r} is not live-safe (declared without live=True: it acts at boot or "
+            f"cannot change between two calls), so it cannot be switched while serving; set "
+            f"{feature.flag} = {str(new).lower()} in settings.toml or {feature.env_var}="
+            f"{int(new)} and relaunch")
+    return feature, new
 
 
 def parse_assignment(text: str) -> tuple[str, str]:

@@ -40,6 +40,13 @@ def load() -> None:
     rt = activate_entry(_sglang.PLUGIN_ENTRY_NAME, role=role, context=ctx)
     if rt is None:
         return
+    if any(f.live for f in rt.features.values()):
+        # live switches over sglang's RPC path: methods on Scheduler, routes on the HTTP app
+        try:
+            _sglang.arm_live(rt)
+        except Exception as exc:
+            if fail(exc, _sglang.PLUGIN_ENTRY_NAME, role, ctx):
+                raise SystemExit(EXIT_STRICT) from None
     # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
     # import of sglang's parallel_state
     if rt.guard_registered or rt.context.fields.get("role") in _sglang.NO_GUARD_ROLES:

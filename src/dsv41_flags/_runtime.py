@@ -25,7 +25,7 @@ from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute
 from ._hooks import register_post_import_hook
 from ._launch import Launch, decode, encode, materialize
-from ._live import SWITCHABLE_STATES, NotLiveError, Switchboard, SwitchError, Toggle, parse_value
+from ._live import BUILTIN, SWITCHABLE_STATES, Switchboard, SwitchError, Toggle, check_declared
 from ._patch import InstallContext, Ledger
 from ._names import SNAPSHOT_VAR
 from ._resolution import Resolution
@@ -335,7 +335,11 @@ class Runtime:
         installed first. A feature becomes ``uninstalled`` (its hook will not fire again), also when
         its target was never imported (armed/pending: disarmed, so a later import does not patch,
         like OpenTelemetry's ``uninstrument()``); one whose patch has another feature's patch on
-        top stays ``installed`` and ``feature.uninstall_blocked`` names the features above it."""
+        top stays ``installed`` and ``feature.uninstall_blocked`` names the features above it.
+        With ``name=None`` the framework's own patches (the engine's live-switch RPC) are restored
+        too."""
+        if name is None:
+            self.ledger.uninstall(BUILTIN)
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
                 self._disarmed.add(feature.name)  # a hook whose target was never imported too
@@ -359,18 +363,7 @@ class Runtime:
         ``(feature, new value)``; changes nothing. Raises SwitchError (unknown feature, bad value,
         patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
         NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
-        feature = self.features.get(name)
-        if feature is None:
-            live = [f.name for f in self.features.values() if f.live]
-            raise SwitchError(f"no feature named {name!r}; known: {', '.join(self.features) or 'none'}"
-                              f" (live-safe: {', '.join(live) or 'none'})")
-        new = parse_value(name, value)
-        if not feature.live:
-            raise NotLiveError(
-                f"feature {name!r} is not live-safe (declared without live=True: it acts at boot or "
-                f"cannot change between two calls), so it cannot be switched while serving; set "
-                f"{feature.flag} = {str(new).lower()} in settings.toml or {feature.env_var}="
-                f"{int(new)} and relaunch")
+        feature, new = check_declared(self.features, name, value)
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
         if name not in self.live.gates or state not in SWITCHABLE_STATES:
