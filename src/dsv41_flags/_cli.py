@@ -112,11 +112,15 @@ def _value(resolution, key):
     return r.value if r else None
 
 
+UrlOpt = typer.Option(None, "--url", help="a running sglang server, http://HOST:PORT")
+
+
 @app.command(short_help="What a boot would arm, with every value and its source.",
              context_settings={"allow_extra_args": True},
              options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
-           profile: Optional[str] = ProfileOpt, as_json: bool = JsonOpt) -> None:
+           profile: Optional[str] = ProfileOpt, as_json: bool = JsonOpt,
+           url: Optional[str] = UrlOpt) -> None:
     """Profile, settings files loaded, each feature (flag value and source, every option's value
     and source, state, target, version range, whether its target and required names exist in the
     installed engine), fingerprint.
@@ -125,7 +129,16 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     is given: it says so, and dsv41-flags fingerprint -- CMD gives a real launch's). Reads the
     engine's source, imports nothing of it: state is what a boot would reach before
     importing targets (off / armed / drifted / fixed-upstream). Exit 1 on settings errors, or
-    when an armed feature drifted in strict mode (a boot would stop)."""
+    when an armed feature drifted in strict mode (a boot would stop).
+
+    With --url: asks the running server instead: per scheduler rank (and the server process),
+    each feature's state now, the generation and step of each rank and its switches. Exit 1 when
+    the server cannot be asked or its ranks disagree on the generation."""
+    if url:
+        from ._live_cli import remote_status
+
+        remote_status(url, as_json, out, err, _emit_json)
+        return
     features, resolution, fdir = _load(settings, profile, as_json)
     launch = list(ctx.args)
     fp = compute(resolution, features, launch, os.environ)
@@ -177,7 +190,7 @@ def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -
         missing, source = drift[f.name]
         rows.append({"name": f.name, "state": st.state, "value": st.value, "source": st.source,
                      "target": f.target, "engine": f.engine, "engine_version": engine_version(f),
-                     "target_found": source is not None, "missing": missing,
+                     "target_found": source is not None, "missing": missing, "live": f.live,
                      "detail": st.detail if st.state == "fixed-upstream" else "",
                      "options": rt.option_report(f)})
     return rows
@@ -193,6 +206,22 @@ def _print_blockers(blockers: list[dict]) -> None:
         err.print(f"error: feature {r['name']!r}: target {r['target']} drifted: missing "
                   f"{'; '.join(r['missing'])}", style="red", highlight=False)
     err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
+
+
+@app.command("set", short_help="Switch a live feature on every rank of a running server, in lockstep.")
+def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
+                                         help="a live feature and on/off, e.g. folded_fence=on"),
+         url: str = typer.Option(..., "--url", help="the sglang server, http://HOST:PORT"),
+         by: Optional[str] = typer.Option(None, "--by", help="who asks (recorded in the event and "
+                                          "the audit; default USER@HOST)"),
+         as_json: bool = JsonOpt) -> None:
+    """Switch a live feature on or off on every scheduler rank of a running sglang server, in
+    lockstep: all ranks at the same step, or none (a rank that cannot apply it makes every rank
+    keep its value). The switch is an override until the next launch: the settings files stay the
+    source of truth at boot. Exit 0 applied; 1 refused or unreachable; 2 not NAME=VALUE."""
+    from ._live_cli import remote_set
+
+    remote_set(assignment, url, by, as_json, out, err, _emit_json)
 
 
 @app.command(short_help="Would each profile boot? Every problem at once.")

@@ -722,6 +722,10 @@ def install_http_routes(rt, module) -> None:
         data["server"] = process_status(rt)
         return JSONResponse(data, status_code=200 if data.get("ok") else 504)
 
+    # this module's annotations are strings (``from __future__ import annotations``) and Request
+    # is not a module global: give FastAPI the class itself
+    for endpoint in (dsv41_flags_set, dsv41_flags_status):
+        endpoint.__annotations__ = {"request": Request}
     app.add_api_route(SET_PATH, dsv41_flags_set, methods=["POST"])
     app.add_api_route(STATUS_PATH, dsv41_flags_status, methods=["GET"])
 

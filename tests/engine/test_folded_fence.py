@@ -171,11 +171,14 @@ def _feature(rt):
 
 
 # ------------------------------------------------------------------------------------ tests
-def test_flag_off_leaves_the_engine_alone_and_the_folded_results_alias_the_buffers(make_runtime, rig):
+def test_flag_off_installs_bypassed_and_the_folded_results_alias_the_buffers(make_runtime, rig):
+    """folded_fence is live (issue 12): off at boot, its patch is in place but bypassed, and the
+    engine behaves exactly as unpatched."""
     rt = make_runtime(env={})
     rt.arm()
-    assert {s.name: s.state for s in rt.states()}["folded_fence"] == "off"
-    _assert_pristine()
+    assert {s.name: s.state for s in rt.states()}["folded_fence"] == "bypassed"
+    wrapper = dv.TargetVerifyExecutor.__dict__["accept_and_finalize"]
+    assert wrapper.__wrapped__ is ORIGINAL and wrapper.__dsv41_gate__.on is False
 
     rig.replay(STEP_A)
     outs = rig.folded()
@@ -311,3 +314,31 @@ def test_eager_path_result_is_returned_unchanged(make_runtime, rig):
         sys.setprofile(previous)
     assert len(returned) == 1 and folded is not returned[0]
     assert _values(folded) == _values(returned[0]) == STEP_B["expect"]
+
+
+def test_live_switch_changes_the_next_folded_read_without_re_patching(make_runtime, rig):
+    """Issue 12, on the real target: switched on while 'serving', the very next folded read is
+    detached from the verify buffers; switched off, the next one aliases them again."""
+    rt = make_runtime(env={})
+    rt.arm()
+    wrapper = dv.TargetVerifyExecutor.__dict__["accept_and_finalize"]
+    rig.replay(STEP_A)
+    before = rig.folded()
+    assert _shares_storage(before.out_tokens, rig.buffer("out_tokens"))
+
+    toggle = rt.switch("folded_fence", "on", requested_by="test")
+    assert (toggle.old, toggle.new, toggle.generation) == (False, True, 1)
+    assert dv.TargetVerifyExecutor.__dict__["accept_and_finalize"] is wrapper   # no re-patch
+    outs = rig.folded()
+    assert _values(outs) == STEP_A["expect"]
+    for field in FIELDS:
+        assert not _shares_storage(getattr(outs, field), rig.buffer(field)), field
+    rig.replay(STEP_B)
+    assert _values(outs) == STEP_A["expect"]          # the fence held across the next replay
+    assert {s.name: s.state for s in rt.states()}["folded_fence"] == "installed"
+
+    rt.switch("folded_fence", False, requested_by="test")
+    again = rig.folded()
+    assert _shares_storage(again.out_tokens, rig.buffer("out_tokens"))
+    assert {s.name: s.state for s in rt.states()}["folded_fence"] == "bypassed"
+    assert rt.live.generation == 2

@@ -1,0 +1,93 @@
+"""``dsv41-flags set NAME=VALUE --url`` and ``dsv41-flags status --url``: the command-line side
+of live switches (issue 12). The transport (HTTP routes of the sglang server) is ``_sglang``'s;
+this module only prints."""
+from __future__ import annotations
+
+import getpass
+import socket
+from typing import Any, Callable
+
+import typer
+
+from ._live import SwitchError, parse_assignment
+
+
+def _rank(entry: dict) -> str:
+    parts = [f"{k[:-5]}{entry[k]}" for k in ("tp_rank", "pp_rank", "dp_rank") if entry.get(k) is not None]
+    return " ".join(parts) or "rank ?"
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, err,
+               emit_json: Callable[[Any], None]) -> None:
+    """Send the switch to the server; print the per-rank outcome. Exits 1 when refused or
+    unreachable, 2 when ``assignment`` is not NAME=VALUE."""
+    try:
+        name, value = parse_assignment(assignment)
+    except SwitchError as exc:
+        err.print(f"error: {exc}", style="red")
+        raise typer.Exit(2) from None
+    from ._sglang import http_set
+
+    try:
+        data = http_set(url, name, value, by or _who())
+    except SwitchError as exc:
+        data = {"ok": False, "feature": name, "error": str(exc)}
+    if as_json:
+        emit_json(data)
+    elif data.get("ok"):
+        ranks = data.get("ranks") or []
+        out.print(f"{data['feature']}: {'on' if data['old'] else 'off'} -> "
+                  f"{'on' if data['new'] else 'off'}, generation {data['generation']}, on "
+                  f"{len(ranks)} rank(s) at step {data.get('step')}")
+        for r in ranks:
+            out.print(f"  {_rank(r)} pid {r.get('pid')}: generation {r.get('generation')} "
+                      f"step {r.get('step')}")
+        out.print("an override until the next launch: settings files decide at boot")
+    else:
+        err.print(f"error: {data.get('error') or data}", style="red")
+    if not data.get("ok"):
+        raise typer.Exit(1)
+
+
+def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], None]) -> None:
+    """Print what each scheduler rank (and the server process) has on now. Exits 1 when the server
+    cannot be asked or its ranks are on different generations."""
+    from ._sglang import http_status
+
+    try:
+        data = http_status(url)
+    except SwitchError as exc:
+        data = {"ok": False, "error": str(exc), "ranks": []}
+    ranks = data.get("ranks") or []
+    generations = sorted({r.get("generation") for r in ranks})
+    data["generations_agree"] = len(generations) <= 1
+    if as_json:
+        emit_json(data)
+    else:
+        if data.get("error"):
+            err.print(f"error: {data['error']}", style="red")
+        if ranks:
+            agree = (f"generation {generations[0]} on every rank" if data["generations_agree"]
+                     else "RANKS DISAGREE: generations " + ", ".join(
+                         f"{_rank(r)}: {r.get('generation')}" for r in ranks))
+            out.print(f"{url}: {len(ranks)} scheduler rank(s), {agree}")
+        for r in ranks:
+            out.print(f"  {_rank(r)}  pid {r.get('pid')}  step {r.get('step')}  "
+                      f"generation {r.get('generation')}  profile {r.get('profile')}")
+            for f in r.get("features", []):
+                out.print(f"    {f['name']:<16} {f['state']:<12} {str(f['value']):<6} "
+                          f"{'live' if f.get('live') else 'boot':<5} from {f['source']}")
+            for t in r.get("switches", [])[-3:]:
+                out.print(f"    switch generation {t['generation']}: {t['feature']} "
+                          f"{'on' if t['old'] else 'off'} -> {'on' if t['new'] else 'off'} by "
+                          f"{t['requested_by']} at step {t['step']} ({t['at']})")
+    if not data.get("ok") or not data["generations_agree"]:
+        raise typer.Exit(1)
