@@ -5,10 +5,14 @@ A trivial method (``def meth(self, x): return x``) called a million times (``tim
   - patched through the framework's ledger (``dsv41_flags._patch.Ledger().patch("f", Cls, "meth",
     make)``) with a plain pass-through closure shaped like features/folded_fence.py's;
   - patched as the seeds do (a plain closure assigned to the class directly);
-  - wrapped by sglang's own ``HookRegistry`` as an AROUND hook (register + ``apply_hooks()``).
+  - wrapped by sglang's own ``HookRegistry`` as an AROUND hook (register + ``apply_hooks()``);
+  - a live feature (issue 12) patched through ``InstallContext.patch`` with its gate: bypassed
+    (switched off: one attribute read, then the original) and switched on (bypass wrapper, then
+    the same pass-through closure).
 Each variant has its own class compiled from the same source. Rounds rotate the order of the
 variants; every ratio is the median of per-round ratios (paired, robust to drift).
-Goal: the framework's wrapper is no slower than the seed's closure.
+Goals: the framework's wrapper is no slower than the seed's closure; a bypassed live patch is no
+slower than the seed's closure either.
 """
 from __future__ import annotations
 
@@ -34,23 +38,39 @@ TOLERANCE = 0.03  # timing noise of a shared 2-core VM at this granularity
 def make_module() -> types.ModuleType:
     """A module with four identical classes, importable by name (HookRegistry resolves names)."""
     module = types.ModuleType(MODULE)
-    for name in ("Unpatched", "Framework", "Seed", "Hooked"):
+    for name in ("Unpatched", "Framework", "Seed", "Hooked", "LiveOff", "LiveOn"):
         exec(CLASS_SOURCE.format(name=name), module.__dict__)
     sys.modules[MODULE] = module
     return module
 
 
+def make(original):  # as features/folded_fence.py: closure, *args/**kwargs, metadata copied
+    def meth(self, *args, **kwargs):
+        return original(self, *args, **kwargs)
+
+    meth.__wrapped__ = original
+    meth.__doc__ = original.__doc__
+    meth.__qualname__ = original.__qualname__
+    return meth
+
+
+def patch_live(cls, on: bool) -> None:
+    """A live feature's install: ``ctx.patch`` with the feature's gate (``_live.gated``)."""
+    import types as _t
+
+    from dsv41_flags._live import Gate
+    from dsv41_flags._patch import InstallContext, Ledger
+
+    feature = _t.SimpleNamespace(name=f"live_{on}")
+    ledger = Ledger()
+    ctx = InstallContext(feature, {}, None, None, ledger, Gate(feature.name, on))
+    ctx.patch(cls, "meth", make)
+    assert getattr(cls.__dict__["meth"], "__dsv41_gate__").on is on
+    setattr(patch_live, f"ledger_{on}", ledger)
+
+
 def patch_framework(cls) -> None:
     from dsv41_flags._patch import Ledger
-
-    def make(original):  # as features/folded_fence.py: closure, *args/**kwargs, metadata copied
-        def meth(self, *args, **kwargs):
-            return original(self, *args, **kwargs)
-
-        meth.__wrapped__ = original
-        meth.__doc__ = original.__doc__
-        meth.__qualname__ = original.__qualname__
-        return meth
 
     ledger = Ledger()
     ledger.patch("f", cls, "meth", make)
@@ -84,11 +104,15 @@ def run(quick: bool = False) -> dict:
     patch_framework(module.Framework)
     patch_seed(module.Seed)
     patch_hook_registry(module.Hooked)
+    patch_live(module.LiveOff, False)
+    patch_live(module.LiveOn, True)
     variants = {
         "unpatched": module.Unpatched(),
         "framework (Ledger.patch, pass-through closure)": module.Framework(),
         "seed (closure assigned directly)": module.Seed(),
         "sglang HookRegistry AROUND hook": module.Hooked(),
+        "live feature bypassed (gate off)": module.LiveOff(),
+        "live feature switched on (gate on)": module.LiveOn(),
     }
     for obj in variants.values():
         assert obj.meth(7) == 7
@@ -103,11 +127,13 @@ def run(quick: bool = False) -> dict:
     base = names[0]
     ns = {n: med(v) / CALLS * 1e9 for n, v in times.items()}
     paired = {n: [a / b for a, b in zip(times[n], times[base])] for n in names}
-    fw, seed, hook = names[1], names[2], names[3]
+    fw, seed, hook, off, on = names[1], names[2], names[3], names[4], names[5]
     fw_vs_seed = [a / b for a, b in zip(times[fw], times[seed])]
+    off_vs_seed = [a / b for a, b in zip(times[off], times[seed])]
+    on_vs_fw = [a / b for a, b in zip(times[on], times[fw])]
     rows = [row("3", f"call: {base} ({CALLS:,} calls)", ns[base], "ns/call", base, ns[base],
                 ratio=1.0, n=rounds, note=f"range {spread(times[base], 1e9 / CALLS)} ns")]
-    for n in (fw, seed, hook):
+    for n in (fw, seed, hook, off, on):
         rows.append(row("3", f"call: {n}", ns[n], "ns/call", base, ns[base], ratio=med(paired[n]),
                         n=rounds, note=f"paired ratios {spread(paired[n], 1, 3)}"))
     rows.append(row("3", "call: framework vs seed closure", ns[fw], "ns/call", "seed closure",
@@ -115,6 +141,13 @@ def run(quick: bool = False) -> dict:
                     met=med(fw_vs_seed) <= 1 + TOLERANCE, n=rounds,
                     note=f"paired ratios {spread(fw_vs_seed, 1, 3)}; HookRegistry/framework "
                          f"{med([a / b for a, b in zip(times[hook], times[fw])]):.2f}"))
+    rows.append(row("3", "call: live bypassed vs seed closure", ns[off], "ns/call", "seed closure",
+                    ns[seed], ratio=med(off_vs_seed), goal=f"ratio <= 1.00 (+{TOLERANCE:.0%} noise)",
+                    met=med(off_vs_seed) <= 1 + TOLERANCE, n=rounds,
+                    note=f"paired ratios {spread(off_vs_seed, 1, 3)}"))
+    rows.append(row("3", "call: live switched on vs framework (non-live)", ns[on], "ns/call",
+                    "framework", ns[fw], ratio=med(on_vs_fw), n=rounds,
+                    note=f"one more call level while on; paired ratios {spread(on_vs_fw, 1, 3)}"))
     details = {"ns_per_call": {n: round(v, 1) for n, v in ns.items()},
                "ratio_to_unpatched": {n: round(med(paired[n]), 3) for n in names}}
     return {"rows": rows, "details": details}
