@@ -28,7 +28,9 @@ def _plugin_child(q, env):
         q.put({"ok": True, "states": {s.name: s.state for s in rt.states()},
                "wrapped": getattr(dv.TargetVerifyExecutor.accept_and_finalize, "__module__", ""),
                "guard": any("initialize_model_parallel" in t for t in HookRegistry._hooks),
-               "role": rt.context.fields.get("role")})
+               "role": rt.context.fields.get("role"),
+               "live_rpc": rt.live.transport.get("armed"),
+               "folded_gate": rt.live.gates["folded_fence"].on})
     except BaseException:
         q.put({"ok": False, "error": traceback.format_exc()})
 
@@ -61,6 +63,8 @@ def test_sglang_load_plugins_installs_armed_features_in_spawned_process():
     assert result["states"]["autotune_keep"] == "off"
     assert result["wrapped"] == "dsv41_flags_features.folded_fence"   # the real class is patched
     assert result["guard"] is True
+    # a live feature exists: the plugin armed the live-switch RPC (methods on Scheduler, routes)
+    assert result["live_rpc"] is True and result["folded_gate"] is True
 
 
 def _rank(q, init_file, settings_text, tmp, rank):
