@@ -36,7 +36,7 @@ import sglang.srt.managers.scheduler as sched_mod  # noqa: E402
 from sglang.srt.managers.io_struct import sock_recv, sock_send  # noqa: E402
 from sglang.srt.utils.network import get_zmq_socket  # noqa: E402
 
-import dsv41_flags  # noqa: E402
+from dsv41_flags._activation import process_state, set_process_state  # noqa: E402
 from dsv41_flags._cli import app as cli_app  # noqa: E402
 from dsv41_flags._runtime import build  # noqa: E402
 from dsv41_flags._sglang import SET_PATH, STATUS_PATH, arm_live  # noqa: E402
@@ -60,8 +60,8 @@ def server(tmp_path_factory):
     rt = build([REPO / "settings.toml"], None, environ={}, argv=[], features_dir=REPO / "features",
                use_snapshot=False, configure_logging=False)
     rt.context.update(role="scheduler", tp_rank=0, pp_rank=0)
-    previous = dsv41_flags._RUNTIME
-    dsv41_flags._RUNTIME = rt           # this process's runtime (server and scheduler alike here)
+    previous = process_state()
+    set_process_state((rt, None))       # this process's runtime (server and scheduler alike here)
     rt.arm()
     assert arm_live(rt)                 # both modules are imported: the hooks fire at once
     assert hasattr(sched_mod.Scheduler, "dsv41_flags_set")
@@ -106,7 +106,7 @@ def server(tmp_path_factory):
         if client is not None:
             client.socket.close(linger=0)
         rt.uninstall()
-        dsv41_flags._RUNTIME = previous
+        set_process_state(previous)
         dist.destroy_process_group()
 
 
