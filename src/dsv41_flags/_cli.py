@@ -164,8 +164,9 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
                   f"from {row['source']}", highlight=False)
         for name, o in row["options"].items():
             out.print(f"      option {name} = {o['value']!r}  from {o['source']}", highlight=False)
-        out.print(f"      target {row['target']} [{row['engine']}, installed "
-                  f"{row['engine_version'] or 'none'}]: {ok}", highlight=False)
+        engine = (f"{row['engine']}, installed {row['engine_version'] or 'none'}" if row["engine"]
+                  else "no engine range")
+        out.print(f"      target {row['target']} [{engine}]: {ok}", highlight=False)
     for w in data["warnings"]:
         err.print(f"warning: {w}", style="yellow")
     for n in data["notes"]:
@@ -313,7 +314,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
                     raise typer.Exit(1)
                 return
             out.print(f"{f.name}: {f.summary}", style="bold")
-            out.print(f"  target {f.target}  engine {f.engine}  refs {', '.join(f.refs) or '-'}",
+            out.print(f"  target {f.target}  engine {f.engine_label}  refs {', '.join(f.refs) or '-'}",
                       highlight=False)
             out.print(f"  requires: {', '.join(f.requires) or '-'}")
             out.print(f"  volatile: {', '.join(f.volatile) or '-'}   declared in {f.source}")

@@ -121,8 +121,10 @@ class Feature:
       uninstall and re-install without stacking wrappers.
     summary: one line.
     requires: names that must exist on the target, ``"Cls.method(param)"`` form allowed.
-    engine: requirement string for the engine distribution, e.g. ``"sglang>=0.5.23,<0.6"``
-      ("" for a target outside any versioned distribution: no version check).
+    engine: requirement string for the engine distribution; default ``"sglang>=0.5.23,<0.6"``
+      (the supported engine release). ``""``: no engine (a target in the user's own code): no
+      version check, ``n/a`` in the upgrade gate, shown as ``no engine range``. Must be a str
+      (``None`` or any other type is a DeclarationError naming the feature and the value).
     fixed_in: version range in which upstream carries the fix (feature then skipped), or "".
     volatile: variable names (``DSV41_...``, ``SGLANG_...``) and argv options (``--port``) this
       feature owns that do not change tuned kernels; left out of the launch fingerprint.
@@ -180,6 +182,13 @@ class Feature:
                 Require.parse(text)
         except DeclarationError as exc:
             raise DeclarationError(f"{where}: {exc}") from None
+        for attr in ("engine", "fixed_in"):  # cheap, so checked in children too
+            value = getattr(self, attr)
+            if not isinstance(value, str):
+                raise DeclarationError(
+                    f"{where}: {attr} must be a str, got {type(value).__name__} {value!r} (write "
+                    f'{attr}="" for ' + ("no engine: no version check" if attr == "engine"
+                                         else "no upstream fix") + ")")
         if not CHECKED_BY_LAUNCH.get():
             self._check_ranges(where)
         names = [o.name for o in self.options]
@@ -217,6 +226,11 @@ class Feature:
     def env_var(self) -> str:
         """The flag's variable: ``DSV41_FOLDED_FENCE``."""
         return ENV_PREFIX + self.flag
+
+    @property
+    def engine_label(self) -> str:
+        """``engine`` as shown to people: the range, or ``no engine range`` for ``""``."""
+        return self.engine or "no engine range"
 
     @property
     def engine_requirement(self) -> "EngineRange":

@@ -62,7 +62,11 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
     """Cast ``raw`` (a raw string from a variable or a TOML value from a file) to ``kind``.
 
     kind: one of ``bool, int, float, str, choice, list`` (list = list of str; from a string,
-    comma-separated with items stripped and empty items dropped).
+    comma-separated; from a TOML array, its items; either way items are stripped and empty items
+    dropped, so one text means one list).
+    Whitespace: a ``str`` value is kept exactly as written (leading/trailing spaces included, file
+    or variable alike); ``bool`` words, numbers, ``choice`` words and ``list`` items ignore
+    surrounding whitespace (U+00A0 included).
     Raises CastError naming what is accepted when the value is ill-typed, out of
     [minimum, maximum] or not one of ``choices``.
     """
@@ -98,7 +102,7 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
         return _check_bounds(value, minimum, maximum, accepted)
     if kind == "str":
         if isinstance(raw, str):
-            return _strip(raw)
+            return raw  # a str option keeps its text exactly (file or variable): " a " stays " a "
         raise CastError("a string")
     if kind == "choice":
         accepted = "one of " + ", ".join(choices)
@@ -108,9 +112,10 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
     if kind == "list":
         accepted = "a list of strings (in a variable: comma-separated)"
         if isinstance(raw, str):
-            return tuple(item.strip() for item in raw.split(",") if item.strip())
+            return tuple(_strip(item) for item in raw.split(",") if _strip(item))
         if isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
-            return tuple(raw)
+            # the same items as the same text in a variable: stripped, empty ones dropped
+            return tuple(_strip(item) for item in raw if _strip(item))
         raise CastError(accepted)
     raise CastError(f"a declared kind among {', '.join(KINDS)}", f"unknown option kind {kind!r}")
 

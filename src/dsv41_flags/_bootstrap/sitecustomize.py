@@ -26,6 +26,15 @@ def _is_here(entry):
         return False
 
 
+def _restore_slot(mine):
+    """Put this bootstrap's own module back in ``sys.modules["sitecustomize"]`` (or leave the
+    slot empty when it was not there: imported by hand, not by ``site``)."""
+    if mine is not None:
+        sys.modules["sitecustomize"] = mine
+    else:
+        sys.modules.pop("sitecustomize", None)
+
+
 def _chain():
     """Run the first other ``sitecustomize`` on ``sys.path`` as Python's ``site`` would have."""
     global _chain_error
@@ -46,15 +55,24 @@ def _chain():
         sys.modules["sitecustomize"] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:  # as site.execsitecustomize: reported, never silent
-            if sys.modules.get("sitecustomize") is module:
-                del sys.modules["sitecustomize"]
+        except BaseException as exc:  # as site.execsitecustomize: reported, never silent
+            # site is still importing THIS module under the name "sitecustomize" and reads
+            # sys.modules["sitecustomize"] when that import ends: the slot must hold a module on
+            # every path, else site reports a second "Error in sitecustomize ... KeyError". After
+            # a failure it holds this bootstrap again (the user's half-run module is dropped, as
+            # plain Python drops a module whose import raised).
+            _restore_slot(mine)
+            if not isinstance(exc, Exception):
+                raise  # SystemExit / KeyboardInterrupt: as plain site, not caught
             _chain_error = (spec.origin, f"{type(exc).__name__}: {exc}")
             if sys.flags.verbose:
                 sys.excepthook(*sys.exc_info())
             else:
                 sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
                                  f"{type(exc).__name__}: {exc}\n")
+        else:
+            if sys.modules.get("sitecustomize") is None:  # the user's module removed itself
+                sys.modules["sitecustomize"] = module
     # this bootstrap keeps a name of its own (its directory stays in PYTHONPATH for children)
     if mine is not None:
         sys.modules["dsv41_flags_bootstrap"] = mine
