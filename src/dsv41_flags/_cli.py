@@ -285,82 +285,106 @@ def _drift_problems(features, resolution, fdir) -> list:
 
 @app.command(short_help="Where a key's value comes from; the feature's declaration.")
 def explain(key: str = typer.Argument(..., metavar="KEY",
-                                      help="A feature name, a flag or option key, or a DSV41_ variable."),
+                                      help="A feature name, a flag or option key, a reserved name "
+                                           "(strict, rank_guard, ...) or a DSV41_ variable."),
             settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
             as_json: bool = JsonOpt) -> None:
     """The provenance chain of a key, lowest first (declared default, then each settings file
     [section], then the variable), the value that wins and where it comes from, every invalid
     layer marked as such; and the feature's declaration (summary, target, requires, version
-    range, volatile, options, refs)."""
+    range, volatile, options, refs). Reserved settings (strict, rank_guard, log_level, ...) are
+    explained the same way. Exit 1 when a layer of a shown key is invalid (a boot stops on it)."""
     features, resolution, _ = _load(settings, profile, as_json, allow_problems=True)
     wanted = key.strip().upper().removeprefix("DSV41_")
-    for f in features:
-        keys = f.keys()
-        if wanted == f.flag or wanted in keys:
-            shown = [wanted] if wanted in keys and wanted != f.flag else list(keys)
-            data = {"feature": f.name, "summary": f.summary, "target": f.target,
-                    "requires": list(f.requires), "engine": f.engine, "fixed_in": f.fixed_in,
-                    "volatile": list(f.volatile), "refs": list(f.refs), "after": list(f.after),
-                    "source_file": f.source,
-                    "options": [{"name": o.name, "key": f.option_key(o), "kind": o.kind,
-                                 "default": o.default, "minimum": o.minimum, "maximum": o.maximum,
-                                 "choices": list(o.choices), "volatile": o.volatile, "help": o.help}
-                                for o in f.options],
-                    "keys": {k: _explained(f, k, resolution.values[k]) for k in shown},
-                    "problems": [p.message for p in resolution.problems if p.key in shown]}
-            if as_json:
-                _emit_json(data)
-                if any(p.severity == "error" for p in resolution.problems if p.key in shown):
-                    raise typer.Exit(1)
-                return
-            out.print(f"{f.name}: {f.summary}", style="bold")
-            out.print(f"  target {f.target}  engine {f.engine_label}  refs {', '.join(f.refs) or '-'}",
-                      highlight=False)
-            out.print(f"  requires: {', '.join(f.requires) or '-'}")
-            out.print(f"  volatile: {', '.join(f.volatile) or '-'}   declared in {f.source}")
-            for o in data["options"]:
-                limits = "".join(f", {n} {o[n]}" for n in ("minimum", "maximum") if o[n] is not None)
-                limits += f", one of {', '.join(o['choices'])}" if o["choices"] else ""
-                out.print(f"  option {o['key']} ({o['kind']}, default {o['default']!r}{limits}"
-                          f"{', volatile' if o['volatile'] else ''}): {o['help']}")
-            bad = [p for p in resolution.problems if p.key in shown and p.severity == "error"]
-            for p in bad:
-                err.print(f"error: {p.message}", style="red")
-            for k in shown:
-                e = data["keys"][k]
-                invalid = [layer["source"] for layer in e["layers"] if not layer["valid"]]
-                tail = (f"; invalid layer(s) above it: {', '.join(invalid)}: a boot stops on them"
-                        if invalid else "")
-                out.print(f"  {k} = {e['value']!r}  (from {e['source']}{tail})", highlight=False)
-                for i, layer in enumerate(e["layers"]):
-                    mark = ("  <- wins" if layer["wins"] else "") if layer["valid"] else \
-                        f"  <- INVALID: {layer['error']}"
-                    out.print(f"    {i + 1}. {layer['source']}: {layer['raw']!r}{mark}", highlight=False)
-            if bad:
-                raise typer.Exit(1)
-            return
-    if wanted in RESERVED:
+    feature = next((f for f in features if wanted == f.flag or wanted in f.keys()), None)
+    if feature is not None:
+        keys = feature.keys()
+        shown = [wanted] if wanted != feature.flag else list(keys)
+        chains = {k: (resolution.values[k],) + _kind_of(keys[k]) for k in shown}
+        data: dict = {"feature": feature.name, "summary": feature.summary, "target": feature.target,
+                      "requires": list(feature.requires), "engine": feature.engine,
+                      "fixed_in": feature.fixed_in, "volatile": list(feature.volatile),
+                      "refs": list(feature.refs), "after": list(feature.after),
+                      "source_file": feature.source,
+                      "options": [{"name": o.name, "key": feature.option_key(o), "kind": o.kind,
+                                   "default": o.default, "minimum": o.minimum, "maximum": o.maximum,
+                                   "choices": list(o.choices), "volatile": o.volatile, "help": o.help}
+                                  for o in feature.options]}
+    elif wanted in resolution.reserved_values:
+        from ._settings import reserved_caster
+
+        shown = [wanted]
+        chains = {wanted: (resolution.reserved_values[wanted],) + reserved_caster(wanted)}
+        data = {"reserved": wanted, "what": RESERVED[wanted].what}
+    elif wanted in RESERVED:  # not a typed setting: the profile, the files, the snapshot, the table
         value = {"ENV": resolution.profile, "SETTINGS": list(resolution.files)}.get(
             wanted, resolution.reserved.get(wanted))
         what = RESERVED[wanted].what
         if as_json:
             _emit_json({"reserved": wanted, "what": what, "value": value})
         else:
-            out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)")
+            out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)",
+                      highlight=False)
         return
-    known = sorted(k for f in features for k in f.keys())
-    msg = f"{key!r} is no feature, flag or option key; known: {', '.join(known)}" + suggest(wanted, known)
-    _fail(FlagsError(msg), as_json)
+    else:
+        known = sorted(k for f in features for k in f.keys())
+        msg = (f"{key!r} is no feature, flag, option or reserved key; known: {', '.join(known)}"
+               + suggest(wanted, known + sorted(RESERVED)))
+        _fail(FlagsError(msg), as_json)
+        return
+    # one path for every key kind: the chain, each layer valid or INVALID, the winner marked
+    data["keys"] = {k: _explained(*chains[k]) for k in shown}
+    bad = [p for p in resolution.problems if p.key in shown and p.severity == "error"]
+    data["problems"] = [p.message for p in resolution.problems if p.key in shown]
+    if as_json:
+        _emit_json(data)
+        raise typer.Exit(1 if bad else 0)
+    if feature is not None:
+        f = feature
+        out.print(f"{f.name}: {f.summary}", style="bold")
+        out.print(f"  target {f.target}  engine {f.engine_label}  refs {', '.join(f.refs) or '-'}",
+                  highlight=False)
+        out.print(f"  requires: {', '.join(f.requires) or '-'}")
+        out.print(f"  volatile: {', '.join(f.volatile) or '-'}   declared in {f.source}")
+        for o in data["options"]:
+            limits = "".join(f", {n} {o[n]}" for n in ("minimum", "maximum") if o[n] is not None)
+            limits += f", one of {', '.join(o['choices'])}" if o["choices"] else ""
+            out.print(f"  option {o['key']} ({o['kind']}, default {o['default']!r}{limits}"
+                      f"{', volatile' if o['volatile'] else ''}): {o['help']}")
+    else:
+        out.print(f"{wanted}: {data['what']} (reserved name, never a flag; see README)",
+                  style="bold", highlight=False)
+    for p in bad:
+        err.print(f"error: {p.message}", style="red", highlight=False)
+    for k in shown:
+        e = data["keys"][k]
+        invalid = [layer["source"] for layer in e["layers"] if not layer["valid"]]
+        tail = (f"; invalid layer(s): {', '.join(invalid)}: a boot stops on them" if invalid else "")
+        out.print(f"  {k} = {e['value']!r}  (from {e['source']}{tail})", highlight=False)
+        for i, layer in enumerate(e["layers"]):
+            mark = ("  <- wins" if layer["wins"] else "") if layer["valid"] else \
+                f"  <- INVALID: {layer['error']}"
+            out.print(f"    {i + 1}. {layer['source']}: {layer['raw']!r}{mark}", highlight=False)
+    if bad:
+        raise typer.Exit(1)
 
 
-def _explained(feature, key: str, resolved) -> dict:
+def _kind_of(option) -> tuple:
+    """``(kind, caster)`` of a feature key: its flag (``option`` None) or an option."""
+    from ._values import cast_bool
+
+    return ("bool", cast_bool) if option is None else (option.kind, option.cast)
+
+
+def _explained(resolved, kind: str, caster) -> dict:
     """``resolved`` as a dict plus ``layers``: per chain entry its source, raw value, whether it
-    is valid (cast as the resolution casts it) and the reason when not, and which one wins."""
+    is valid (cast as the resolution casts it: ``kind`` and ``caster``) and the reason when not,
+    and which one wins (the valid layer the resolved value came from). The same for flags,
+    options and reserved settings."""
     from ._settings import cast_layer
-    from ._values import CastError, cast_bool
+    from ._values import CastError
 
-    option = feature.keys()[key]
-    kind, caster = ("bool", cast_bool) if option is None else (option.kind, option.cast)
+    key = resolved.key
     layers = []
     for source, raw in resolved.chain:
         try:
@@ -371,7 +395,7 @@ def _explained(feature, key: str, resolved) -> dict:
             layers.append({"source": source, "raw": _jsonable(raw), "valid": False,
                            "error": f"accepted: {exc.accepted}", "wins": False})
     for layer in reversed(layers):
-        if layer["valid"]:
+        if layer["valid"] and layer["source"] == resolved.source:
             layer["wins"] = True
             break
     return {**resolved.to_dict(), "layers": layers}

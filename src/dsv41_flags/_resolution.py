@@ -55,7 +55,9 @@ class Resolution:
     actually loaded (``settings.local.toml`` included); values: key -> Resolved for every flag and
     option; reserved: typed reserved settings (STRICT, FEATURES_DIR, LOG_FORMAT, LOG_LEVEL,
     RANK_GUARD, EXTERNAL, FINGERPRINT); volatile_sources: volatile name -> who declared it in
-    settings; problems: every error and warning; notes: informational remarks for the report.
+    settings; problems: every error and warning; notes: informational remarks for the report;
+    reserved_values: typed reserved key -> Resolved with its chain (for ``explain``; only in the
+    process that read the settings: not part of the snapshot).
     """
 
     profile: str
@@ -66,6 +68,7 @@ class Resolution:
     volatile_sources: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[Problem, ...] = ()
     notes: tuple[str, ...] = ()
+    reserved_values: Mapping[str, Resolved] = field(default_factory=dict, compare=False)
 
     @property
     def strict(self) -> bool:

@@ -385,22 +385,36 @@ _HEADER = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
 _KEYLINE = re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?)\s*(#.*)?$""")
 
 
-def reserved_settings(settings, environ: Mapping[str, str], problems: list[Problem] | None = None
-                      ) -> dict[str, Any]:
+def reserved_caster(key: str):
+    """``(kind, caster)`` of a typed reserved setting (``RESERVED_TYPES``): reserved words accept
+    any case, like flag words (``DSV41_LOG_LEVEL=DEBUG``). Raises KeyError for an untyped key."""
+    kind, _default, choices = RESERVED_TYPES[key]
+
+    def caster(raw, kind=kind, choices=choices):
+        return cast(kind, raw.strip().lower() if kind == "choice" and isinstance(raw, str) else raw,
+                    choices=choices)
+
+    return kind, caster
+
+
+def reserved_settings(settings, environ: Mapping[str, str], problems: list[Problem] | None = None,
+                      resolved: dict[str, Resolved] | None = None) -> dict[str, Any]:
     """Typed reserved settings (STRICT, FEATURES_DIR, LOG_FORMAT, LOG_LEVEL, RANK_GUARD, EXTERNAL)
-    or their defaults; bad values are appended to ``problems``. Needs no feature: logging is
-    configured from it before any feature module is imported."""
+    or their defaults; bad values are appended to ``problems``; ``resolved`` (when given) gets a
+    ``Resolved`` per key with its chain (declared default first), for ``explain``. A key with an
+    invalid layer takes its declared default (the boot stops on the error anyway). Needs no
+    feature: logging is configured from it before any feature module is imported."""
     problems = [] if problems is None else problems
     reserved: dict[str, Any] = {}
     for key, (kind, default, choices) in RESERVED_TYPES.items():
         chain = _history(settings, key, environ)
-        # reserved words accept any case, like flag words (DSV41_LOG_LEVEL=DEBUG)
-        value, _, ok = _cast_chain(key, f"setting {key}", chain,
-                                   lambda raw, kind=kind, choices=choices: cast(
-                                       kind, raw.strip().lower() if kind == "choice" and isinstance(raw, str)
-                                       else raw, choices=choices),
-                                   problems, kind)
+        _kind, caster = reserved_caster(key)
+        value, source, ok = _cast_chain(key, f"setting {key}", chain, caster, problems, kind)
         reserved[key] = value if (chain and ok) else default
+        if resolved is not None:
+            resolved[key] = Resolved(key, "", None, reserved[key],
+                                     source if (chain and ok) else "default",
+                                     (("default", default),) + tuple(chain))
         if key == "FEATURES_DIR" and chain and ok and value:
             src = chain[-1][0]
             base = Path(src.rsplit(" [", 1)[0]).parent if not src.startswith("env ") else Path.cwd()
@@ -418,7 +432,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     """
     environ = os.environ if environ is None else environ
     problems: list[Problem] = []
-    reserved = reserved_settings(settings, environ, problems)
+    reserved_values: dict[str, Resolved] = {}
+    reserved = reserved_settings(settings, environ, problems, reserved_values)
     fp, volatile_sources = _fingerprint_settings(settings, problems, bool(reserved["STRICT"]))
     reserved["FINGERPRINT"] = fp
 
@@ -446,7 +461,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     loaded = [str(p) for f in files for p in (f, local_companion(f)) if p.is_file()]
     return Resolution(profile=profile, profiles=profiles, files=tuple(loaded),
                       values=values, reserved=reserved, volatile_sources=volatile_sources,
-                      problems=tuple(problems), notes=notes)
+                      problems=tuple(problems), notes=notes, reserved_values=reserved_values)
 
 
 def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
