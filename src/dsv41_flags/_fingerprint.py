@@ -112,7 +112,7 @@ def volatile_names(resolution: Resolution, features: Sequence[Feature],
     facts = engine_facts() if facts is None else facts
     names: dict[str, list[str]] = {}
     for name, why in facts.volatile.items():
-        names.setdefault(name, []).append(f"engine default ({facts.engine}: {why})")
+        names.setdefault(name, []).append(f"engine default (shipped for {facts.engine}: {why})")
     for name, origin in resolution.volatile_sources.items():
         names.setdefault(name, []).append(origin)
     for feature in features:
@@ -131,7 +131,7 @@ def prefix_sources(resolution: Resolution, facts: EngineFacts | None = None) -> 
     facts = engine_facts() if facts is None else facts
     out: dict[str, list[str]] = {}
     for prefix, why in facts.prefixes.items():
-        out.setdefault(prefix, []).append(f"engine default ({facts.engine}: {why})")
+        out.setdefault(prefix, []).append(f"engine default (shipped for {facts.engine}: {why})")
     for prefix, why in CORE_PREFIXES.items():
         out.setdefault(prefix, []).append(why)
     cfg = resolution.reserved.get("FINGERPRINT", {}) or {}
@@ -180,7 +180,10 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     --tp 4`` (as typed after ``dsv41-flags run --``) and ``sys.argv`` of that process
     (``[".../site-packages/sglang/launch_server.py", "--tp", "4"]``) both give
     ``["sglang.launch_server", "--tp", "4"]``. Interpreter options before ``-m``/script are dropped
-    and ``--opt=value`` is spelled ``--opt value``."""
+    and ``--opt=value`` is spelled ``--opt value``. The program's identity is kept: the module of
+    ``-m MOD``, the script path (as a dotted name), and ``-c CODE`` as ``["-c", CODE, *args]``
+    (``python -c a`` and ``python -c b`` are different launches). A process reading its own
+    command line uses ``own_argv`` (``sys.argv`` has lost the code of ``-c``)."""
     argv = [str(a) for a in argv]
     if not argv:
         return []
@@ -190,10 +193,24 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
             i += 2 if argv[i] in ("-X", "-W", "-Q") else 1
         if i >= len(argv):
             return ["python"]
-        if argv[i] in ("-m", "-c") and i + 1 < len(argv):
-            return [argv[i + 1] if argv[i] == "-m" else "-c"] + _split_eq(argv[i + 2:])
+        if argv[i] == "-m" and i + 1 < len(argv):
+            return [argv[i + 1]] + _split_eq(argv[i + 2:])
+        if argv[i] == "-c" and i + 1 < len(argv):  # the code is the program: keep it
+            return ["-c", argv[i + 1]] + _split_eq(argv[i + 2:])
         return [_program(argv[i])] + _split_eq(argv[i + 1:])
     return [_program(argv[0])] + _split_eq(argv[1:])
+
+
+def own_argv() -> list[str]:
+    """This process's launch command for ``normalize_argv``: ``sys.argv``, except under
+    ``python -c CODE`` (``sys.argv[0] == "-c"``, the code is gone) where ``sys.orig_argv`` (the
+    interpreter's own argv, code included) is used."""
+    import sys
+
+    argv = list(sys.argv)
+    if argv[:1] == ["-c"] and getattr(sys, "orig_argv", None):
+        return list(sys.orig_argv)
+    return argv
 
 
 def _split_eq(args: list[str]) -> list[str]:
@@ -258,14 +275,15 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
     volatile = volatile_names(resolution, features, facts)
     volatile_argv = {n for n in volatile if n.startswith("-")} | set(cfg.get("volatile_argv", ()))
     excluded: dict[str, str] = {}
-    included: dict[str, str] = {"argv": "the launch command as [program, *args], volatile options "
-                                        "left out"}
+    included: dict[str, str] = {"argv": "the launch command as [program, *args] (-c CODE, -m MODULE "
+                                        "or the script kept), volatile options left out"}
     spelled, argv_notes = facts.canonical_argv(normalize_argv(argv))
     if volatile_argv:
         # the engine respells options (aliases, abbreviations): respell the volatile ones alike
         head = list(itertools.takewhile(lambda t: not t.startswith("-"), spelled))
         names = sorted(volatile_argv)
-        respelled = facts.canonical_argv(head + names)[0][len(head):]
+        # (the program part may be respelled too, e.g. to another program: skip what it became)
+        respelled = facts.canonical_argv(head + names)[0][len(facts.canonical_argv(head)[0]):]
         for old, new in zip(names, respelled):
             if new != old and new not in volatile_argv:
                 volatile_argv.add(new)

@@ -22,7 +22,7 @@ from ._discovery import discover, install_order
 from ._drift import fixed_upstream, missing_on, version_problem
 from ._errors import DriftError, FlagsError, SnapshotError
 from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
-from ._fingerprint import Fingerprint, compute
+from ._fingerprint import Fingerprint, compute, own_argv
 from ._hooks import register_post_import_hook
 from ._launch import Launch, decode, encode, materialize
 from ._live import BUILTIN, SWITCHABLE_STATES, Switchboard, SwitchError, Toggle, check_declared
@@ -543,7 +543,7 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     Raises SettingsError (every problem listed), DeclarationError or SnapshotError.
     """
     environ = os.environ if environ is None else environ
-    argv = sys.argv if argv is None else argv
+    argv = own_argv() if argv is None else argv
     use = use_snapshot and settings_files is None and profile is None
     raw = environ.get(SNAPSHOT_VAR, "") if use else ""
     refused: SnapshotError | None = None

@@ -27,7 +27,9 @@ engine contributes to the launch fingerprint (``FINGERPRINT``), read from sglang
 
 - **Option spellings** (``canonical_argv``): for sglang's launchers, aliases and unique
   abbreviations become the canonical option, as sglang's argparse parser reads them (``--tp 16``
-  is ``--tp-size 16``); the option table is read from the installed source (``server_options``).
+  is ``--tp-size 16``), and ``sglang serve`` is the ``sglang.launch_server`` it runs; the option
+  table is sglang 0.5.23's, shipped as data (``_sglang_options.py``), never read from the
+  machine's installed engine (``server_options``).
 
 An operator's ``[default.fingerprint]`` table adds to these; it never has to repeat them.
 
@@ -66,11 +68,9 @@ What this module adds (only when a live feature is declared):
 """
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -181,147 +181,89 @@ def canonical_env(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str,
 
 # --------------------------------------------------------------------- launch options
 #: programs whose options are sglang's server arguments, as ``normalize_argv`` spells them
-#: (``python -m sglang.launch_server`` / ``.../sglang/launch_server.py``; ``sglang serve``)
+#: (``python -m sglang.launch_server`` / ``.../sglang/launch_server.py``; ``sglang serve``) ->
+#: how many leading words name the program
 LAUNCHERS = {"sglang.launch_server": 1, "sglang": 2}
+#: ``sglang serve --model-type X`` values that run the same server as ``sglang.launch_server``
+#: (``cli/serve.py``: ``auto`` falls back to the LLM backend, whose ``_run_llm`` is
+#: ``prepare_server_args(argv)`` + ``launch_server.run_server``)
+SERVE_AS_LAUNCH_SERVER = ("auto", "llm")
+_OPTIONS_SRC = "sglang 0.5.23 option table shipped with dsv41_flags (_sglang_options.py)"
 
 
-def _source_root():
-    """sglang's package directory, found without importing it (None when not installed)."""
-    import importlib.util
-    from pathlib import Path
-
-    try:
-        spec = importlib.util.find_spec("sglang")
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or ()) if spec else []
-    return Path(locations[0]) if locations else None
-
-
-_FIELD = re.compile(r"^    ([a-z_][a-z0-9_]*): A\[", re.M)
-_FIELD_END = re.compile(r"^\S|^    (?:def |@|[A-Za-z_][A-Za-z0-9_]* = )", re.M)
-_OPTION = re.compile(r"""["'](--[^"']+)["']""")
-_ADD_ARGUMENT = re.compile(r"add_argument\(\s*((?:[\"']--[^\"']+[\"']\s*,\s*)+)")
-
-
-def _option_files(root):
-    return sorted((root / "srt" / "arg_groups" / "fields").glob("*.py")), root / "srt" / "server_args.py"
-
-
-@functools.lru_cache(maxsize=1)
 def server_options() -> dict[str, str]:
-    """Every option string of sglang's server arguments -> its canonical spelling (the first
-    name argparse registers: ``--tensor-parallel-size`` -> ``--tp-size``; ``--no-<x>`` of a
-    ``BooleanOptionalAction`` keeps its own), read from the installed source without importing
-    it (about 8 ms): the ``A[T, ...]`` fields of ``srt/arg_groups/fields/*.py`` (``--field-name``,
-    ``Arg(cli_name=, aliases=, no_cli=)``, as ``arg_utils.add_cli_args_from_dataclass`` registers
-    them) and the ``add_argument`` calls of ``srt/server_args.py``. A text scan, checked equal to
-    the ``ast`` reading (``_server_options_ast``) and to the live parser by the tests. Empty when
-    sglang is not installed or its source cannot be read."""
-    root = _source_root()
-    out: dict[str, str] = {}
-    if root is None:
-        return out
+    """Every option string of sglang 0.5.23's server arguments -> its canonical spelling (the
+    first name argparse registers: ``--tensor-parallel-size`` -> ``--tp-size``; ``--no-<x>`` of a
+    ``BooleanOptionalAction`` keeps its own). The table SHIPPED with this package for the
+    supported engine release (``_sglang_options.py``, generated from the real parser by
+    ``python -m dsv41_flags._sglang_options``), never read from the machine's installed engine:
+    the launch fingerprint is the same wherever it is computed (issue: with and without sglang
+    installed it differed). The engine tier checks it equals the installed sglang's parser."""
+    from ._sglang_options import OPTIONS
 
-    def register(names: list[str]) -> None:
-        for name in names:
-            out.setdefault(name, names[0])
+    return OPTIONS
 
-    fields, server_args = _option_files(root)
-    for path in fields:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+
+def live_server_options() -> dict[str, str]:
+    """``server_options`` as the installed sglang's real parser has it (imports sglang, about
+    8 s): ``ServerArgs.add_cli_args`` on an ``argparse`` parser, each ``--`` option string -> the
+    first option string of its action (a ``--no-`` string of a ``BooleanOptionalAction`` -> itself).
+    Used to generate the shipped table and, in the engine tier, to check it. Raises ImportError
+    when sglang is not installed."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    live = {}
+    for option, action in parser._option_string_actions.items():
+        if not option.startswith("--") or option == "--help":
             continue
-        starts = list(_FIELD.finditer(text))
-        for i, m in enumerate(starts):
-            seg = text[m.end():starts[i + 1].start() if i + 1 < len(starts) else len(text)]
-            nl = seg.find("\n")
-            stop = _FIELD_END.search(seg, nl + 1) if nl >= 0 else None
-            seg = seg[:stop.start()] if stop else seg  # the annotation, not what follows it
-            name, aliases = "--" + m.group(1).replace("_", "-"), []
-            if "Arg(" in seg:
-                if re.search(r"no_cli\s*=\s*True", seg):
-                    continue
-                cli = re.search(r"cli_name\s*=\s*[\"'](--[^\"']+)[\"']", seg)
-                name = cli.group(1) if cli else name
-                listed = re.search(r"aliases\s*=\s*\[([^\]]*)\]", seg)
-                aliases = _OPTION.findall(listed.group(1)) if listed else []
-            elif '"' not in seg and "'" not in seg:
-                continue  # A[T] without help: not a command-line field
-            register([name] + aliases)
-            if "BooleanOptionalAction" in seg:
-                for n in [name] + aliases:  # --no-<name>: its own meaning, its own spelling
-                    out.setdefault("--no-" + n[2:], "--no-" + name[2:])
-    try:
-        text = server_args.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        text = ""
-    for m in _ADD_ARGUMENT.finditer(text):
-        register(_OPTION.findall(m.group(1)))
-    return out
+        negative = option.startswith("--no-") and isinstance(action, argparse.BooleanOptionalAction)
+        live[option] = option if negative else action.option_strings[0]
+    return dict(sorted(live.items()))
 
 
-def _server_options_ast() -> dict[str, str]:
-    """``server_options`` read with ``ast`` (slower, about 50 ms): the reference the text scan is
-    checked against in the tests."""
-    import ast
-
-    root = _source_root()
-    out: dict[str, str] = {}
-    if root is None:
-        return out
-
-    def register(names: list[str]) -> None:
-        names = [n for n in names if isinstance(n, str) and n.startswith("--")]
-        for name in names:
-            out.setdefault(name, names[0])
-
-    fields, server_args = _option_files(root)
-    for path in fields + [server_args]:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if path == server_args:
-                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
-                    register([a.value for a in node.args if isinstance(a, ast.Constant)])
-                continue
-            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                    and isinstance(node.annotation, ast.Subscript)
-                    and getattr(node.annotation.value, "id", "") == "A"):
-                continue
-            parts = node.annotation.slice.elts if isinstance(node.annotation.slice, ast.Tuple) else []
-            arg = next((p for p in parts[1:] if isinstance(p, ast.Call)
-                        and getattr(p.func, "id", "") == "Arg"), None)
-            if arg is None and not any(isinstance(p, ast.Constant) and isinstance(p.value, str)
-                                       for p in parts[1:]):
-                continue
-            kw = {k.arg: k.value for k in (arg.keywords if arg is not None else [])}
-            if isinstance(kw.get("no_cli"), ast.Constant) and kw["no_cli"].value is True:
-                continue
-            cli = kw.get("cli_name")
-            name = cli.value if isinstance(cli, ast.Constant) else "--" + node.target.id.replace("_", "-")
-            aliases = [e.value for e in getattr(kw.get("aliases"), "elts", []) if isinstance(e, ast.Constant)]
-            register([name] + aliases)
-            if getattr(kw.get("action"), "attr", "") == "BooleanOptionalAction":
-                for n in [name] + aliases:
-                    out.setdefault("--no-" + n[2:], "--no-" + name[2:])
-    return out
+def _serve_as_launch_server(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``sglang serve ARGS`` (``normalize_argv`` form) as the program it runs: with
+    ``--model-type`` auto (the default) or llm it is ``sglang.launch_server`` with the same
+    server arguments (``cli/serve.py``: ``--model-type`` taken out, a positional model path
+    becomes ``--model-path``), so both commands give one fingerprint. Another backend
+    (``--model-type diffusion``) stays ``sglang serve``. Other commands are returned unchanged."""
+    if len(argv) < 2 or argv[:2] != ["sglang", "serve"]:
+        return list(argv), {}
+    backend, rest, i = "auto", [], 2
+    while i < len(argv):
+        if argv[i] == "--model-type" and i + 1 < len(argv):
+            backend, i = argv[i + 1], i + 2
+            continue
+        rest.append(argv[i])
+        i += 1
+    if backend not in SERVE_AS_LAUNCH_SERVER:
+        return list(argv), {}
+    if rest and not rest[0].startswith("-"):
+        rest = ["--model-path", *rest]
+    return (["sglang.launch_server", *rest],
+            {"sglang serve": f"runs sglang.launch_server's server (sglang/cli/serve.py, backend "
+                             f"{backend!r}): enters as sglang.launch_server"})
 
 
 def canonical_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     """sglang's own spelling of a launch command (``normalize_argv`` form), as its argparse parser
-    reads it: an alias becomes the canonical option (``--tensor-parallel-size`` -> ``--tp-size``)
-    and an abbreviation that is the unique prefix of one option is expanded (``--tp`` ->
-    ``--tp-size``, argparse's ``allow_abbrev``; ``prepare_server_args`` keeps it on). Only for
-    sglang's launchers (``LAUNCHERS``); other commands are returned unchanged. Returns ``(argv,
-    notes)``, notes mapping each respelled option to a sentence."""
+    reads it: ``sglang serve`` as the ``sglang.launch_server`` it runs (``_serve_as_launch_server``),
+    an alias becomes the canonical option (``--tensor-parallel-size`` -> ``--tp-size``) and an
+    abbreviation that is the unique prefix of one option is expanded (``--tp`` -> ``--tp-size``,
+    argparse's ``allow_abbrev``; ``prepare_server_args`` keeps it on), by the shipped option table
+    (``server_options``). Only for sglang's launchers (``LAUNCHERS``); other commands are
+    returned unchanged. Returns ``(argv, notes)``, notes mapping each respelled option to a
+    sentence."""
+    argv, notes = _serve_as_launch_server(list(argv))
     skip = LAUNCHERS.get(argv[0]) if argv else None
     if skip is None or (argv[0] == "sglang" and (len(argv) < 2 or argv[1] != "serve")):
-        return list(argv), {}
+        return list(argv), notes
     options = server_options()
-    if not options:
-        return list(argv), {}
-    out, notes = list(argv[:skip]), {}
+    out = list(argv[:skip])
     for token in argv[skip:]:
         if token.startswith("--") and len(token) > 2:
             canon = options.get(token)
@@ -332,7 +274,7 @@ def canonical_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
             else:
                 how = "alias"
             if canon is not None and canon != token:
-                notes[token] = f"{how} of {canon} (sglang server_args): enters as {canon}"
+                notes[token] = f"{how} of {canon} ({_OPTIONS_SRC}): enters as {canon}"
                 token = canon
         out.append(token)
     return out, notes

@@ -106,7 +106,7 @@ def test_fingerprint_explain_says_who_declared_volatile(cli):
             env={"SGLANG_RUN_ID": "x", "NCCL_DEBUG": "INFO"})
     data = json.loads(r.stdout)
     assert data["payload"]["argv"] == ["serve"] and data["payload"]["env"] == {"NCCL_DEBUG": "INFO"}
-    assert data["excluded"]["SGLANG_RUN_ID"].startswith("engine default (sglang 0.5.23: rewritten")
+    assert data["excluded"]["SGLANG_RUN_ID"].startswith("engine default (shipped for sglang 0.5.23: rewritten")
     assert data["excluded"]["FOLDED_FENCE"] == "feature folded_fence (declared volatile=)"
     assert data["excluded"]["--port"].startswith("engine default")
     assert data["included"]["NCCL_DEBUG"].startswith("prefix NCCL_: engine default")
