@@ -446,8 +446,13 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         data["written"] = str(write)
     if as_json:
         _emit_json(data)
+    elif "diff" in data and "reason" in data["diff"] and not data["diff"].get("legacy"):
+        # the sidecar could not be read: the error alone (no fingerprint printed before it)
+        err.print(f"error: cannot compare: {data['diff']['reason']}", style="red", highlight=False)
     else:
         out.print(fp.digest)
+        if write:
+            err.print(f"wrote the sidecar {write}", highlight=False)
         if explain_:
             for prefix, why in data["prefixes"].items():
                 out.print(f"  prefix   {prefix}  ({why})", highlight=False)
@@ -466,14 +471,13 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
                 out.print(f"same launch as {diff}")
             elif "changes" in d:
                 for c in d["changes"]:
-                    out.print(f"  {c['part']} {c['key']}: {c['old']!r} -> {c['new']!r}")
+                    name = c["part"] if c["part"] == c["key"] else f"{c['part']} {c['key']}"
+                    out.print(f"  {name}: {c['old']!r} -> {c['new']!r}", highlight=False)
                 if not d["changes"]:
                     out.print(f"different launch: {diff} records fingerprint {side.digest[:16]}… "
                               f"for the same payload (edited by hand?)")
             elif d.get("legacy"):
                 out.print(f"different launch: {diff} {d['reason']}")
-            else:
-                err.print(f"error: cannot compare: {d['reason']}", style="red")
     if "diff" in data and not data["diff"].get("same"):
         # 1: a different launch; 2: the sidecar could not be read as one
         raise typer.Exit(1 if ("changes" in data["diff"] or data["diff"].get("legacy")) else 2)
@@ -534,6 +538,12 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
         if live:
             _fail(FlagsError("--import checks the installed engine; it cannot be combined with "
                              "--engine (releases are read, never imported)"), as_json)
+        if not chosen:  # nothing to check: say so before fetching or reading any release
+            if as_json:
+                _emit_json({"ok": True, "mode": "releases", "releases": [], "features": []})
+            else:
+                out.print("no feature checked (none armed; use --all)")
+            raise typer.Exit(0)
         _check_releases(chosen, list(engine), as_json)
         return
     results = []
@@ -667,10 +677,11 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     Resolves once here, checks the armed features for drift as status does, and refuses to start
     (exit 1, with the message status gives) a launch that strict mode would stop; otherwise hands
     the snapshot down. Exit code and signals pass through (the command replaces this process)."""
-    from ._launcher import exec_command, prepare
+    from ._launcher import exec_command, interpreter_problem, prepare
 
     if not ctx.args:
-        err.print("usage: dsv41-flags run [OPTIONS] -- CMD [ARGS]...")
+        err.print("error: missing the command: dsv41-flags run [OPTIONS] -- CMD [ARGS]...",
+                  highlight=False)
         raise typer.Exit(2)
     try:
         rt, env = prepare(settings, profile, list(ctx.args))
@@ -683,6 +694,16 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         _print_blockers(blockers)
         err.print(f"error: not starting {ctx.args[0]}", style="red", highlight=False)
         raise typer.Exit(1)
+    armed = [f.name for f in rt.features.values() if rt.resolution.flag(f)]
+    problem = interpreter_problem(ctx.args, os.environ) if armed else None
+    if problem and rt.resolution.strict:
+        err.print(f"error: {problem}", style="red", highlight=False)
+        err.print(f"error: not starting {ctx.args[0]}: feature(s) {', '.join(armed)} armed and "
+                  f"strict mode is on", style="red", highlight=False)
+        raise typer.Exit(1)
+    if problem:
+        err.print(f"warning: {problem}; starting anyway (strict mode is off)", style="yellow",
+                  highlight=False)
     try:
         exec_command(list(ctx.args), env)
     except FileNotFoundError:
