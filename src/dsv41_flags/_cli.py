@@ -461,7 +461,8 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
                 items = val.items() if isinstance(val, dict) else [("argv", val)]
                 for k, v in items:
                     why = fp.included.get(k, "")
-                    out.print(f"  in   {part:8} {k} = {v!r}" + (f"  ({why})" if why else ""),
+                    name = f"{part:8} {k}" if part != k else f"{part:8}"  # no "argv argv"
+                    out.print(f"  in   {name} = {v!r}" + (f"  ({why})" if why else ""),
                               highlight=False)
             for k, why in sorted(fp.excluded.items()):
                 out.print(f"  out  {k}: {why}", highlight=False)

@@ -108,3 +108,21 @@ def test_flag_variable_and_launcher_work_from_the_wheel(wheel_env):
     assert proc.stdout.strip() == "True"
     version = _run(["dsv41-flags", "--version"], cwd=empty, env=env).stdout
     assert version.strip() == "dsv41-flags 0.1.0"
+
+
+def test_fingerprint_is_the_same_without_the_engine_installed(wheel_env):
+    """The launch fingerprint does not depend on the machine computing it: sglang's option table
+    (aliases, abbreviations: ``--tp`` is ``--tp-size``) is shipped with the package, so the
+    engine-less wheel environment and this one (sglang 0.5.23 installed) agree, and
+    ``--explain`` names the shipped table, not an installed engine."""
+    wheel, venv, empty, env = wheel_env
+    cmd = ["fingerprint", "--json", "--explain", "--", "python", "-m", "sglang.launch_server",
+           "--model-path", "m", "--tp", "4", "--port", "30000"]
+    there = json.loads(_run(["dsv41-flags", *cmd], cwd=empty, env=env).stdout)
+    here_env = {**env, "PATH": os.environ["PATH"]}
+    here = json.loads(_run([str(Path(sys.executable).with_name("dsv41-flags")), *cmd], cwd=empty,
+                           env=here_env).stdout)
+    assert there["payload"]["argv"] == ["sglang.launch_server", "--model-path", "m", "--tp-size", "4"]
+    assert there["fingerprint"] == here["fingerprint"]
+    assert "sglang 0.5.23 option table shipped with dsv41_flags" in there["included"]["argv"]
+    assert there["excluded"]["--port"].startswith("engine default (shipped for sglang 0.5.23: ")
