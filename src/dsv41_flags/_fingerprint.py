@@ -189,14 +189,30 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
         return []
     if Path(argv[0]).name.startswith("python"):
         i = 1
-        while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-m", "-c", "-"):
-            i += 2 if argv[i] in ("-X", "-W", "-Q") else 1
+        while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
+            token = argv[i]
+            if token == "--":  # end of the interpreter's options: a script follows
+                i += 1
+                break
+            if token.startswith("--"):  # --check-hash-based-pycs MODE and the like
+                i += 2 if token == "--check-hash-based-pycs" else 1
+                continue
+            # one token of single-letter options, as CPython reads it: -B -I, -Bc CODE, -mmod
+            for j, letter in enumerate(token[1:], start=1):
+                if letter in "cmXW":
+                    rest = token[j + 1:]
+                    value = rest if rest else (argv[i + 1] if i + 1 < len(argv) else None)
+                    after = i + 1 if rest else i + 2
+                    if letter == "m" and value is not None:  # the module is the program
+                        return [value] + _split_eq(argv[after:])
+                    if letter == "c" and value is not None:  # the code is the program: keep it
+                        return ["-c", value] + _split_eq(argv[after:])
+                    i = after
+                    break
+            else:
+                i += 1
         if i >= len(argv):
             return ["python"]
-        if argv[i] == "-m" and i + 1 < len(argv):
-            return [argv[i + 1]] + _split_eq(argv[i + 2:])
-        if argv[i] == "-c" and i + 1 < len(argv):  # the code is the program: keep it
-            return ["-c", argv[i + 1]] + _split_eq(argv[i + 2:])
         return [_program(argv[i])] + _split_eq(argv[i + 1:])
     return [_program(argv[0])] + _split_eq(argv[1:])
 

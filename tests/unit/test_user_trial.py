@@ -210,6 +210,11 @@ def test_8_program_identity_is_kept():
     assert normalize_argv(["python", "-c", "a"]) != normalize_argv(["python", "-c", "b"])
     assert normalize_argv(["python3", "-X", "dev", "-c", "a", "--x=1"]) == ["-c", "a", "--x", "1"]
     assert normalize_argv(["python", "-m", "a.b", "1"]) == ["a.b", "1"]
+    # the same kind, other spellings CPython accepts: options joined in one token, values attached
+    assert normalize_argv(["python", "-Bc", "a"]) == normalize_argv(["python", "-ca"]) == ["-c", "a"]
+    assert normalize_argv(["python", "-Im", "a.b"]) == normalize_argv(["python", "-ma.b"]) == ["a.b"]
+    assert normalize_argv(["python", "-Xdev", "-Wignore", "-c", "b"]) == ["-c", "b"]
+    assert normalize_argv(["python", "-u", "./x/prog.py", "1"]) == ["prog", "1"]
 
 
 def test_8_c_code_changes_the_fingerprint_and_a_process_reads_its_own(cli, launch):
