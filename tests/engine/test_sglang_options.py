@@ -1,7 +1,7 @@
 """The option table the fingerprint uses (``_sglang.server_options``, shipped as data for the
 supported release) is the real parser's: every option string of ``ServerArgs.add_cli_args`` and the
 option it stands for (issue 15: aliases and abbreviations hashed as their option). A release bump
-fails here until the table is regenerated (``python -m dsv41_flags._sglang_options``)."""
+fails here until the table is regenerated (``_sglang.write_server_options()``)."""
 from __future__ import annotations
 
 import argparse
@@ -15,10 +15,10 @@ pytestmark = pytest.mark.engine
 def test_shipped_option_table_is_the_installed_sglang_parser():
     from sglang.srt.server_args import ServerArgs
 
-    from dsv41_flags._sglang import canonical_argv, live_server_options, server_options
-    from dsv41_flags._sglang_options import RELEASE
+    from dsv41_flags._sglang import (canonical_argv, live_server_options, server_options,
+                                     server_options_release)
 
-    assert RELEASE == f"sglang {importlib.metadata.version('sglang')}" == "sglang 0.5.23"
+    assert server_options_release() == f"sglang {importlib.metadata.version('sglang')}" == "sglang 0.5.23"
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     live = {}

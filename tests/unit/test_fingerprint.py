@@ -381,9 +381,10 @@ def test_sglang_option_table_is_shipped_data_not_read_from_the_machine():
     from the installed engine, so the fingerprint does not depend on the machine computing it
     (the engine tier checks the table equals the real parser; the wheel test computes the same
     fingerprint in an environment without sglang)."""
-    from dsv41_flags import _sglang, _sglang_options
+    from dsv41_flags import _sglang
 
     table = _sglang.server_options()
-    assert table is _sglang_options.OPTIONS and _sglang_options.RELEASE == "sglang 0.5.23"
+    assert _sglang.OPTIONS_FILE.name == "sglang_options.json" and _sglang.OPTIONS_FILE.is_file()
+    assert _sglang.server_options_release() == "sglang 0.5.23"
     assert len(table) > 300 and table["--tensor-parallel-size"] == "--tp-size"
     assert not hasattr(_sglang, "_source_root")   # nothing reads the installed engine's source

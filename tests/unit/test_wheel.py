@@ -17,7 +17,7 @@ from ..conftest import REPO
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 SHIPPED = {"dsv41_flags/_data/settings.toml", "dsv41_flags/_data/features/folded_fence.py",
            "dsv41_flags/_data/features/autotune_keep.py", "dsv41_flags/_bootstrap/sitecustomize.py",
-           "dsv41_flags/testing.py"}
+           "dsv41_flags/testing.py", "dsv41_flags/_data/sglang_options.json"}
 
 
 def _framework_pins() -> list[str]:
