@@ -320,11 +320,18 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         value = {"ENV": resolution.profile, "SETTINGS": list(resolution.files)}.get(
             wanted, resolution.reserved.get(wanted))
         what = RESERVED[wanted].what
+        mine = [p for p in resolution.problems if p.key == wanted or p.key.startswith(wanted + ".")]
+        bad = [p for p in mine if p.severity == "error"]
         if as_json:
-            _emit_json({"reserved": wanted, "what": what, "value": value})
+            _emit_json({"reserved": wanted, "what": what, "value": value,
+                        "problems": [p.message for p in mine]})
         else:
             out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)",
                       highlight=False)
+            for p in bad:
+                err.print(f"error: {p.message}", style="red", highlight=False)
+        if bad:  # as for every other key: an invalid value is an error
+            raise typer.Exit(1)
         return
     else:
         known = sorted(k for f in features for k in f.keys())

@@ -146,6 +146,13 @@ def test_4_explain_valid_reserved_key_names_the_winning_layer(launch, cli):
     assert "RANK_GUARD = 'warn'" in r.stdout and "[default]: 'WARN'  <- wins" in r.stdout
 
 
+def test_4_explain_the_fingerprint_table_fails_on_an_invalid_value(launch, cli):
+    launch.settings.write_text('[default]\ndemo_fix = true\n[default.fingerprint]\n'
+                               'volatile = "SGLANG_X"\n')
+    r = cli("explain", "fingerprint")
+    assert r.exit_code == 1 and "fingerprint.volatile = 'SGLANG_X' is not a list" in r.stderr
+
+
 # ---------------------------------------------------------------------- 5: engine= of a Feature
 def test_5_engine_default_and_no_engine():
     f = Feature(name="x", target="m", install=lambda m, c: None, summary="s")
