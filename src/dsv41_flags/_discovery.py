@@ -19,6 +19,7 @@ from typing import Sequence
 from ._declare import CHECKED_BY_LAUNCH, Feature
 from ._names import RESERVED_KEYS, suggest
 from ._errors import DeclarationError
+from ._files import FEATURE_MAX_BYTES, FileRefused, read_regular
 from ._fingerprint import check_volatile_declarations
 
 ENTRY_POINT_GROUP = "dsv41_flags.features"
@@ -100,10 +101,15 @@ def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, st
         sources = {}
         for path in sorted(features_dir.glob("*.py")):
             if not path.name.startswith("_"):
-                try:
-                    sources[path.resolve()] = path.read_bytes()
-                except OSError as exc:
-                    raise DeclarationError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+                try:  # a regular file directly in the directory: no FIFO, device or symlink
+                    data = read_regular(path, FEATURE_MAX_BYTES, follow_symlinks=False)
+                    sources[path.resolve()] = data
+                except FileRefused as exc:
+                    raise DeclarationError(f"feature file {exc}: a feature file must be a regular "
+                                           f"file directly in {features_dir}") from None
+                except Exception as exc:
+                    raise DeclarationError(f"feature file {path}: cannot read it: "
+                                           f"{type(exc).__name__}: {exc}") from None
     for path, source in sorted((sources or {}).items()):
         features.extend(_features_of(_import_file(path, source), str(path),
                                      hashlib.sha256(source).hexdigest()))

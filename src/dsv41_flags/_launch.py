@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,8 @@ from typing import Any, Mapping, Sequence
 
 from ._declare import Feature
 from ._errors import Problem, SnapshotError
-from ._fingerprint import Fingerprint
+from ._files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
+from ._fingerprint import Fingerprint, canonical
 from ._names import RESERVED_TYPES, SNAPSHOT_VAR
 from ._resolution import Resolution, Resolved
 from ._values import CastError, cast, cast_bool
@@ -135,16 +135,16 @@ def _text(raw: str) -> str:
     if not m:
         raise _fail(f"{raw[:120]!r} is not 'file:<absolute path>#sha256=<64 hex>'")
     path = m["path"]
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise _fail(f"spill file {path} cannot be opened: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+
+    def private(st: os.stat_result) -> None:
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
             raise _fail(f"spill file {path} is not a private regular file of this user "
                         f"(mode {oct(st.st_mode & 0o777)}, owner uid {st.st_uid})")
-        data = fh.read(64 * 1024 * 1024 + 1)
+
+    try:
+        data = read_regular(path, SNAPSHOT_MAX_BYTES, follow_symlinks=False, check=private)
+    except FileRefused as exc:
+        raise _fail(f"spill file {exc}") from None
     if sha256_bytes(data) != m["digest"]:
         raise _fail(f"spill file {path} does not have the sha256 the variable names "
                     f"(changed since the launch wrote it)")
@@ -239,6 +239,10 @@ def decode(raw: str) -> dict:
     _str_map(_need(payload, "env", dict, "snapshot.fingerprint.payload"), "snapshot.fingerprint.payload.env")
     _need(payload, "settings", dict, "snapshot.fingerprint.payload")
     _str_map(fp.get("excluded", {}), "snapshot.fingerprint.excluded")
+    recomputed = hashlib.sha256(canonical(payload)).hexdigest()
+    if recomputed != digest:
+        raise _fail(f"snapshot.fingerprint.digest {digest[:12]}... is not the sha256 of its payload "
+                    f"({recomputed[:12]}...)", "the value was edited or damaged: relaunch")
     res = _need(data, "resolution", dict, "snapshot")
     _need(res, "profile", str, "snapshot.resolution")
     _strs(_need(res, "profiles", list, "snapshot.resolution"), "snapshot.resolution.profiles")
@@ -267,6 +271,19 @@ def decode(raw: str) -> dict:
     return data
 
 
+def read(raw: str, *, discover_features=None) -> tuple["Launch", tuple[Feature, ...]]:
+    """``materialize(decode(raw))`` with one failure type: ANY exception while decoding or
+    materialising (a digit limit, a recursion limit, an OS error, a feature module that raises)
+    becomes SnapshotError naming it, so the caller's non-strict fallback to local resolution
+    always applies. KeyboardInterrupt / SystemExit pass through."""
+    try:
+        return materialize(decode(raw), discover_features=discover_features)
+    except SnapshotError:
+        raise
+    except Exception as exc:
+        raise _fail(f"reading it raised {type(exc).__name__}: {exc}") from exc
+
+
 # -------------------------------------------------------------------------- materialize
 def installed_entry_points() -> set[tuple[str, str]]:
     """``(name, value)`` of every entry point the installed distributions declare in the group."""
@@ -288,10 +305,10 @@ def verified_sources(data: Mapping) -> dict[Path, bytes]:
         path = Path(name)
         if not path.is_absolute() or path.suffix != ".py" or path.resolve().parent != base:
             raise _fail(f"feature file {name} is not a *.py file directly in features_dir {base}")
-        try:
-            data_bytes = path.read_bytes()
-        except OSError as exc:
-            raise _fail(f"feature file {name} cannot be read: {exc.strerror or exc}") from None
+        try:  # a regular file, not a symlink, never blocking (a FIFO is refused, not waited on)
+            data_bytes = read_regular(path, FEATURE_MAX_BYTES, follow_symlinks=False)
+        except FileRefused as exc:
+            raise _fail(f"feature file {exc}") from None
         if sha256_bytes(data_bytes) != digest:
             raise _fail(f"feature file {name} changed since the launch read it (sha256 "
                         f"{sha256_bytes(data_bytes)[:12]}... here, {digest[:12]}... in the launch)",

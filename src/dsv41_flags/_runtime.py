@@ -24,7 +24,7 @@ from ._errors import DriftError, FlagsError, SnapshotError
 from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute, own_argv
 from ._hooks import register_post_import_hook
-from ._launch import Launch, decode, encode, materialize
+from ._launch import Launch, encode, read as read_snapshot
 from ._live import BUILTIN, SWITCHABLE_STATES, Switchboard, SwitchError, Toggle, check_declared
 from ._patch import InstallContext, Ledger
 from ._names import SNAPSHOT_VAR
@@ -549,7 +549,7 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     refused: SnapshotError | None = None
     if raw:
         try:
-            launch, features = materialize(decode(raw))
+            launch, features = read_snapshot(raw)
         except SnapshotError as exc:
             refused = exc
         else:

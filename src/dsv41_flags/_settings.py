@@ -23,6 +23,7 @@ from ._declare import Feature
 from ._names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
 from ._errors import Problem, SettingsError
+from ._files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from ._resolution import Resolution, Resolved, _jsonable  # noqa: F401  (re-exported)
 from ._values import CastError, cast, cast_bool, check_file_value
 
@@ -50,27 +51,46 @@ def _check_file(path: Path, how: str) -> list[Problem]:
         """One Problem naming this file and who named it."""
         return [Problem(str(path), how, f"settings file {path} (named by {how}) {reason}")]
 
-    if path.is_dir():
-        return problem("is a directory, not a settings file: name a *.toml file in it")
-    if path.suffix != ".toml":
-        return problem("is not a *.toml file: only TOML settings files are read")
     try:
-        with open(path, "rb") as fh:
-            text = fh.read()
-        if text.startswith(b"\xef\xbb\xbf"):
-            return problem("starts with a UTF-8 byte order mark (BOM), which TOML does not allow: "
-                           "save it as UTF-8 without BOM")
-        data = tomllib.loads(text.decode("utf-8"))
-    except FileNotFoundError:
-        return problem("does not exist")
-    except IsADirectoryError:
-        return problem("is a directory, not a file")
-    except OSError as exc:
-        return problem(f"is unreadable: {exc.strerror or exc}")
+        if path.is_dir():
+            return problem("is a directory, not a settings file: name a *.toml file in it")
+        if path.suffix != ".toml":
+            return problem("is not a *.toml file: only TOML settings files are read")
+        data = read_toml(path)
+    except FileRefused as exc:
+        return problem(exc.reason)
     except UnicodeDecodeError as exc:
         return problem(f"is not UTF-8 text: {exc.reason} at byte {exc.start}")
-    except ValueError as exc:  # tomllib.TOMLDecodeError
-        return problem(f"is not valid TOML: {exc}")
+    except _Bom:
+        return problem("starts with a UTF-8 byte order mark (BOM), which TOML does not allow: "
+                       "save it as UTF-8 without BOM")
+    except RecursionError:
+        return problem("is not valid TOML for dsv41_flags: its values are nested too deep")
+    except Exception as exc:  # tomllib.TOMLDecodeError, int digit limits, anything: the file's fault
+        return problem(f"is not valid TOML: {type(exc).__name__}: {exc}"
+                       if not isinstance(exc, ValueError) else f"is not valid TOML: {exc}")
+    try:
+        return _check_content(data, path, problem)
+    except RecursionError:
+        return problem("is not valid TOML for dsv41_flags: its values are nested too deep")
+
+
+class _Bom(ValueError):
+    """A settings file starts with a UTF-8 BOM."""
+
+
+def read_toml(path: Path) -> dict:
+    """Parse the settings file ``path``: read with ``_files.read_regular`` (never blocks on a FIFO
+    or a device, at most ``SETTINGS_MAX_BYTES``), UTF-8 without BOM, TOML (tomllib). Raises
+    FileRefused, UnicodeDecodeError, ``_Bom``, or whatever tomllib raises."""
+    text = read_regular(path, SETTINGS_MAX_BYTES)
+    if text.startswith(b"\xef\xbb\xbf"):
+        raise _Bom(str(path))
+    return tomllib.loads(text.decode("utf-8"))
+
+
+def _check_content(data: Mapping[str, Any], path: Path, problem) -> list[Problem]:
+    """Problems of one parsed settings file's content (``problem(reason)`` makes one)."""
     problems = _dynaconf_specials(data, path)
     for where, spellings in _case_collisions(data):
         problems += problem(f"spells {where} in more than one case ({' and '.join(map(repr, spellings))}): "
@@ -212,10 +232,15 @@ def find_settings_files(explicit: list[str | os.PathLike] | None = None,
         p = (cwd / p) if not p.is_absolute() else p
         found = _check_file(p, how)
         local = local_companion(p)
-        if not found and local.exists():
+        if not found and (local.exists() or local.is_symlink()):
             found = _check_file(local, f"beside {p}")
+        if not found:
+            try:
+                resolved.append(p.resolve())
+            except Exception as exc:  # RuntimeError on a symlink loop, OSError...: the file's fault
+                found = [Problem(str(p), how, f"settings file {p} (named by {how}) cannot be "
+                                               f"resolved: {type(exc).__name__}: {exc}")]
         problems += found
-        resolved.append(p.resolve())
     if problems:
         raise SettingsError(problems)
     return resolved, how
@@ -228,10 +253,9 @@ def profiles_in(files: list[Path]) -> tuple[str, ...]:
     for f in files:
         for path in (f, local_companion(f)):
             if path.is_file():
-                with open(path, "rb") as fh:
-                    for name, value in tomllib.load(fh).items():
-                        if isinstance(value, dict) and name.lower() not in names:
-                            names.append(name.lower())
+                for name, value in read_toml(path).items():
+                    if isinstance(value, dict) and name.lower() not in names:
+                        names.append(name.lower())
     if DEFAULT_PROFILE not in names:
         names.insert(0, DEFAULT_PROFILE)
     return tuple(names)
@@ -345,10 +369,16 @@ def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
         except CastError as exc:
             name = origin.split(" ", 1)[1] if origin.startswith("env ") else key.lower()
             where = "environment variable" if origin.startswith("env ") else origin
-            problems.append(Problem(key, origin, f"{name}={raw!r} ({where}) is not a valid value "
+            problems.append(Problem(key, origin, f"{name}={_short(raw)} ({where}) is not a valid value "
                                                  f"for {what}; accepted: {exc.accepted}"))
             bad = True
     return value, source, ok and not bad
+
+
+def _short(raw: Any, limit: int = 200) -> str:
+    """``repr(raw)``, cut to ``limit`` characters (a 5000-digit value is named, not printed)."""
+    text = repr(raw)
+    return text if len(text) <= limit else f"{text[:limit - 30]}... ({len(text)} characters)"
 
 
 def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
@@ -366,7 +396,7 @@ def _literal(path: str, section: str, key: str) -> str | None:
     insensitive names, a trailing comment dropped), or None when it is not written on one such
     line (an inline table, a dotted key): the parsed TOML value is then checked alone."""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = read_regular(path, SETTINGS_MAX_BYTES).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     current = None

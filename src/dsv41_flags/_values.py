@@ -57,6 +57,10 @@ def cast_bool(raw: Any) -> bool:
     raise CastError("one of true/false, 1/0, on/off, yes/no (any case), or empty for off")
 
 
+#: most decimal digits an int value may have (Python refuses str -> int above 4300 by default)
+MAX_INT_DIGITS = 4300
+
+
 def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | None = None,
          choices: tuple[str, ...] = ()) -> Any:
     """Cast ``raw`` (a raw string from a variable or a TOML value from a file) to ``kind``.
@@ -68,8 +72,29 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
     or variable alike); ``bool`` words, numbers, ``choice`` words and ``list`` items ignore
     surrounding whitespace (U+00A0 included).
     Raises CastError naming what is accepted when the value is ill-typed, out of
-    [minimum, maximum] or not one of ``choices``.
+    [minimum, maximum], not one of ``choices``, or too long (an int of more than
+    ``MAX_INT_DIGITS`` digits). Total: whatever goes wrong while casting is a CastError (never
+    ValueError, OverflowError, RecursionError... out of here).
     """
+    try:
+        return _cast(kind, raw, minimum, maximum, choices)
+    except CastError:
+        raise
+    except Exception as exc:
+        raise CastError(_accepted(kind, minimum, maximum, choices),
+                        f"{type(exc).__name__}: {exc}") from None
+
+
+def _accepted(kind: str, minimum, maximum, choices) -> str:
+    return {"bool": "one of true/false, 1/0, on/off, yes/no (any case), or empty for off",
+            "int": "an integer" + _bounds(minimum, maximum),
+            "float": "a finite number" + _bounds(minimum, maximum),
+            "str": "a string", "choice": "one of " + ", ".join(choices),
+            "list": "a list of strings (in a variable: comma-separated)"}.get(
+                kind, f"a declared kind among {', '.join(KINDS)}")
+
+
+def _cast(kind, raw, minimum, maximum, choices):
     if kind == "bool":
         return cast_bool(raw)
     if kind == "int":
@@ -81,6 +106,10 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
         elif isinstance(raw, str):
             if not _INT.fullmatch(_strip(raw)):  # ASCII digits only: no "1_0", no other scripts
                 raise CastError(accepted)
+            if len(_strip(raw).lstrip("+-")) > MAX_INT_DIGITS:
+                digits = len(_strip(raw).lstrip("+-"))
+                raise CastError(f"{accepted}, of at most {MAX_INT_DIGITS} digits (this one is too "
+                                f"long: {digits} digits)")
             value = int(_strip(raw), 10)
         else:
             raise CastError(accepted)
