@@ -30,8 +30,13 @@ from ._values import CastError, cast_bool
 EXIT_STRICT = 3
 
 _LOCK = threading.RLock()
-_RUNTIME: Runtime | None = None                  # the one per-process runtime
+_RUNTIME: Runtime | None = None                  # the one per-process runtime, published complete
 _FAILED: tuple[int, BaseException] | None = None  # (pid, error) of a failed activation
+#: (pid, runtime or None) while a thread (holding _LOCK) is activating: never handed out; a fork
+#: taken meanwhile marks the child's activation failed (``_after_fork_in_child``)
+_ACTIVATING: tuple[int, Runtime | None] | None = None
+#: (pid, runtime) of a failed activation's half-armed runtime: for ``flags.error``'s states only
+_PARTIAL: tuple[int, Runtime] | None = None
 
 
 def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
@@ -56,13 +61,17 @@ def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile:
     """
     try:
         return _activate(settings_files, profile, role, context, export)
-    except Exception as exc:
+    except BaseException as exc:  # KeyboardInterrupt / SystemExit too: reported, then re-raised
         fail(exc, "activate", role, context)
         raise
 
 
 def _activate(settings_files, profile, role, context, export) -> Runtime:
-    global _RUNTIME, _FAILED
+    """The once-per-process activation. The runtime is published (``_RUNTIME``) only once it is
+    complete (built, announced, armed); meanwhile ``_ACTIVATING`` says an activation is in
+    progress. ANY exception (KeyboardInterrupt and SystemExit included) latches the failure:
+    it is re-raised, and every later call raises ActivationError."""
+    global _RUNTIME, _FAILED, _ACTIVATING, _PARTIAL
     with _LOCK:
         pid = os.getpid()
         if _FAILED is not None and _FAILED[0] == pid:
@@ -81,19 +90,29 @@ def _activate(settings_files, profile, role, context, export) -> Runtime:
                 rt.context.update(**dict(context or {}))
             rt.announce()
             return rt
+        rt = None
         try:
+            _ACTIVATING = (pid, None)
             rt = build(settings_files, profile)
+            _ACTIVATING = (pid, rt)
             rt.context.update(role=role or ("launcher" if rt.launch_pid == pid else "child"),
                               **dict(context or {}))
-            _RUNTIME = rt
             if export and not rt.from_snapshot:
                 os.environ[SNAPSHOT_VAR] = rt.snapshot()
             _remove_spill_at_exit(rt)
             rt.announce()
             rt.arm()
-        except Exception as exc:
+            # a strict failure at a LATER import follows the one error policy (flags.error, then
+            # exit status 3), not an exception out of the engine's import statement
+            rt.on_import_failure = import_failed
+        except BaseException as exc:
             _FAILED = (pid, exc)
+            if rt is not None:
+                _PARTIAL = (pid, rt)
             raise
+        finally:
+            _ACTIVATING = None
+        _RUNTIME = rt
         return rt
 
 
@@ -112,9 +131,21 @@ def process_state() -> tuple[Runtime | None, tuple[int, BaseException] | None]:
 
 def set_process_state(state: tuple[Runtime | None, tuple[int, BaseException] | None]) -> None:
     """Put back what ``process_state`` returned (``(None, None)``: never activated)."""
-    global _RUNTIME, _FAILED
+    global _RUNTIME, _FAILED, _PARTIAL
     with _LOCK:
         _RUNTIME, _FAILED = state
+        _PARTIAL = None
+
+
+def _reporting_runtime() -> Runtime | None:
+    """The runtime whose states ``flags.error`` reports: the published one, else the half-armed
+    runtime of a failed or interrupted activation of this process (never handed out)."""
+    rt = runtime()
+    if rt is None and _PARTIAL is not None and _PARTIAL[0] == os.getpid():
+        rt = _PARTIAL[1]
+    if rt is None and _ACTIVATING is not None and _ACTIVATING[0] == os.getpid():
+        rt = _ACTIVATING[1]
+    return rt
 
 
 def _remove_spill_at_exit(rt: Runtime) -> None:
@@ -131,11 +162,30 @@ def _remove_spill_at_exit(rt: Runtime) -> None:
 
 
 # ----------------------------------------------------------------------------- fork
+FORKED_MID_ACTIVATION = ("this process was forked while another thread of its parent (pid {ppid}) "
+                         "was activating dsv41_flags: the activation it inherited is half done "
+                         "(some features armed, some not) and that thread does not exist here")
+
+
 def _after_fork_in_child() -> None:
     """``os.register_at_fork(after_in_child=...)``: a fresh lock; the inherited runtime becomes
-    the child's (its pid, role ``child``, ranks dropped, announced on first use)."""
-    global _LOCK
+    the child's (its pid, role ``child``, ranks dropped, announced on first use). When another
+    thread of the parent was activating at the fork (``_ACTIVATING``), the child's activation is
+    failed instead: the half-armed runtime it inherited is disarmed (its hooks install nothing and
+    report ``flags.error`` when their target is imported), and ``activate()`` raises
+    ActivationError with a ``flags.error`` event (strict entries exit with status 3). Nothing is
+    logged here: the parent's other thread may hold the stream's lock at the fork."""
+    global _LOCK, _ACTIVATING, _FAILED, _PARTIAL
     _LOCK = threading.RLock()
+    if _ACTIVATING is not None:
+        partial = _ACTIVATING[1]
+        _ACTIVATING = None
+        exc = ActivationError(FORKED_MID_ACTIVATION.format(ppid=os.getppid()))
+        _FAILED = (os.getpid(), exc)
+        if partial is not None:
+            partial.abandon(str(exc))
+            _PARTIAL = (os.getpid(), partial)
+        return
     rt = _RUNTIME
     if rt is not None:
         rt.adopt_in_child()
@@ -162,17 +212,22 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
     ``bootstrap``, ``activate``) and return True when the process must stop (strict mode: the
     caller exits with status 3). Emits ``flags.error`` with cause, entry, pid, role, strict,
     outcome and, when a runtime exists, the state of every feature; falls back to one plain line
-    on stderr when the event cannot be written. Never raises."""
-    rt = runtime()
+    on stderr when the event cannot be written. Never raises.
+    A KeyboardInterrupt / SystemExit is reported with outcome ``interrupted`` (it propagates)."""
+    rt = _reporting_runtime()
     if isinstance(exc, ActivationError) and exc.__cause__ is not None:
         exc = exc.__cause__
     if rt is not None:
         strict = rt.strict
     else:
         strict = True if isinstance(exc, SnapshotError) else _strict_when_unknown()
-    outcome = (f"stopped: exit status {EXIT_STRICT} (strict mode)" if strict else
-               "running: " + ("every feature as in 'states'" if rt is not None
-                              else "no feature is applied in this process"))
+    if not isinstance(exc, Exception):
+        outcome = (f"interrupted: {type(exc).__name__} propagates; every later activate() in this "
+                   f"process raises ActivationError")
+    else:
+        outcome = (f"stopped: exit status {EXIT_STRICT} (strict mode)" if strict else
+                   "running: " + ("every feature as in 'states'" if rt is not None
+                                  else "no feature is applied in this process"))
     fields: dict[str, Any] = {
         "cause": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__,
         "entry": entry, "strict": strict, "outcome": outcome,
@@ -211,13 +266,47 @@ def activate_entry(entry: str, *, role: str | None = None,
     """Activate through a framework entry with the error policy applied: returns the runtime, or
     None when activation failed in non-strict mode (reported by ``flags.error``); raises
     SystemExit(3) when it failed in strict mode (also for exceptions that are not FlagsError).
-    KeyboardInterrupt and SystemExit pass through."""
+    KeyboardInterrupt and SystemExit pass through, reported by ``flags.error`` and latched (a
+    later activation raises ActivationError)."""
     try:
         return _activate(None, None, role, context, True)
     except Exception as exc:
         if fail(exc, entry, role, context):
             raise SystemExit(EXIT_STRICT) from None
         return runtime()
+    except BaseException as exc:
+        fail(exc, entry, role, context)
+        raise
+
+
+def stop_process(status: int = EXIT_STRICT) -> None:
+    """Stop this process NOW with ``status``, from wherever it is (an import statement in any
+    thread, under a host's ``except BaseException``): flush stdout and stderr (the events are
+    out), remove the launch's spill file when this is the launching process, then ``os._exit``.
+    ``SystemExit`` is not used there: raised from an import in a thread it only ends the thread,
+    and a host loop catching BaseException would go on unpatched. ``atexit`` handlers do not run."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    try:
+        path = spill_path(os.environ.get(SNAPSHOT_VAR, ""))
+        rt = runtime()
+        if path and rt is not None and rt.launch_pid == os.getpid():
+            Path(path).unlink(missing_ok=True)
+    except Exception:
+        pass
+    os._exit(status)
+
+
+def import_failed(exc: BaseException, feature_name: str) -> None:
+    """The error policy for a failure at a target's import AFTER activation (the runtime's
+    ``on_import_failure``: strict drift or a failed install, an abandoned activation's hook): a
+    ``flags.error`` event (entry ``import``, the feature), then in strict mode ``stop_process``
+    (exit status 3). Non-strict: returns (the feature's own event says what it is)."""
+    if fail(exc, f"import of {feature_name}'s target"):
+        stop_process(EXIT_STRICT)
 
 
 # ------------------------------------------------------------------------- bootstrap

@@ -38,7 +38,20 @@ def load() -> None:
         ctx = {}
     role = ctx.pop("role", None)
     rt = activate_entry(_sglang.PLUGIN_ENTRY_NAME, role=role, context=ctx)
+    # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
+    # import of sglang's parallel_state
     if rt is None:
+        # activation failed, non-strict: this rank still registers the guard (with no runtime)
+        # so it joins the ranks' all_gather; otherwise the other ranks would block in it
+        if role in _sglang.NO_GUARD_ROLES or not _guard_once():
+            return
+        reason = _failure_reason()
+        try:
+            from ._guard import register_sglang_guard
+
+            register_sglang_guard(None, reason=reason)
+        except Exception as exc:
+            fail(exc, _sglang.PLUGIN_ENTRY_NAME, role, ctx)  # non-strict here: it runs on
         return
     if any(f.live for f in rt.features.values()):
         # live switches over sglang's RPC path: methods on Scheduler, routes on the HTTP app
@@ -47,8 +60,6 @@ def load() -> None:
         except Exception as exc:
             if fail(exc, _sglang.PLUGIN_ENTRY_NAME, role, ctx):
                 raise SystemExit(EXIT_STRICT) from None
-    # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
-    # import of sglang's parallel_state
     if rt.guard_registered or rt.context.fields.get("role") in _sglang.NO_GUARD_ROLES:
         return
     try:
@@ -58,3 +69,28 @@ def load() -> None:
     except Exception as exc:
         if fail(exc, _sglang.PLUGIN_ENTRY_NAME, role, ctx):
             raise SystemExit(EXIT_STRICT) from None
+
+
+_NO_RUNTIME_GUARD: list[int] = []  # pids where the no-runtime guard is registered
+
+
+def _guard_once() -> bool:
+    """True the first time in this process (``load_plugins()`` may call ``load`` again)."""
+    import os
+
+    if os.getpid() in _NO_RUNTIME_GUARD:
+        return False
+    _NO_RUNTIME_GUARD.append(os.getpid())
+    return True
+
+
+def _failure_reason() -> str:
+    """Why this process has no runtime (the latched activation error), for the guard's view."""
+    from ._activation import process_state
+
+    failed = process_state()[1]
+    if failed is None:
+        return "activation failed"
+    exc = failed[1]
+    exc = exc.__cause__ if exc.__cause__ is not None and type(exc).__name__ == "ActivationError" else exc
+    return f"{type(exc).__name__}: {exc}"[:300]

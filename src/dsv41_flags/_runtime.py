@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from ._drift import fixed_upstream, missing_on, version_problem
 from ._errors import DriftError, FlagsError, SnapshotError
 from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from ._fingerprint import Fingerprint, compute, own_argv
-from ._hooks import register_post_import_hook
+from ._hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
 from ._launch import Launch, encode, read as read_snapshot
 from ._live import BUILTIN, SWITCHABLE_STATES, Switchboard, SwitchError, Toggle, check_declared
 from ._patch import InstallContext, Ledger
@@ -37,8 +38,10 @@ STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=
 class FeatureState:
     """One feature's state in this process.
 
-    state: off | armed | installed | bypassed | drifted | failed | pending | fixed-upstream |
-    lost | uninstalled (``bypassed``: a live feature's patch is in place but switched off);
+    state: off | armed | not-armed | installed | bypassed | drifted | failed | pending | missed |
+    fixed-upstream | lost | uninstalled (``bypassed``: a live feature's patch is in place but
+    switched off; ``not-armed``: flag on, no hook registered; ``missed``: the target is imported
+    but the install never ran);
     value / source: the flag now (a live switch overrides the resolved value until the next
     launch) and where it came from; target: module name; detail: missing names, the error, or
     the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched;
@@ -97,6 +100,12 @@ class Runtime:
         self.snapshot_notes: list[str] = []
         self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
         self.live = Switchboard()   # live features' gates, generation, history
+        #: called with (DriftError, feature name) when a strict failure happens at a target's
+        #: import after activation (``_activation.import_failed``: flags.error, exit status 3);
+        #: None (a runtime built directly, the test kit): the DriftError is raised from the import
+        self.on_import_failure = None
+        self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
+        self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
 
     # ------------------------------------------------------------------ the launch
     @property
@@ -217,7 +226,17 @@ class Runtime:
         target is already imported). A feature whose engine is in its ``fixed_in`` range is
         skipped (state ``fixed-upstream``). A live feature whose flag is off gets its hook too and
         is installed bypassed (state ``off`` until its target is imported, then ``bypassed``).
-        Raises DriftError in strict mode when an install that fires at once drifts or fails."""
+        Raises DriftError in strict mode when an install that fires at once drifts or fails. A
+        feature is ``armed`` only once its hook is registered; a target that another thread is
+        still importing is ``pending`` until that import completes (then it installs: see
+        ``_hooks``)."""
+        self._arming = threading.get_ident()
+        try:
+            self._arm()
+        finally:
+            self._arming = None
+
+    def _arm(self) -> None:
         for feature in self.features.values():
             on = self.value(feature)
             state, reason = self.gate(feature)
@@ -240,21 +259,59 @@ class Runtime:
             if feature.live:
                 self.live.gate(feature.name, on)
             self._hooked.add(feature.name)
+            # set before registering (a hook may fire at once); undone if no hook was registered
             self._set(feature, "armed" if on else "off",
                       detail="" if on else "live: installed bypassed when its target is imported")
-            register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
-                                      feature.target)
+            try:
+                how = register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
+                                                feature.target)
+            except BaseException:
+                st = self._states.get(feature.name)
+                if st is not None and st.state in ("armed", "off"):  # no hook: it is not armed
+                    del self._states[feature.name]
+                    self._hooked.discard(feature.name)
+                raise
+            if how == AFTER_IMPORT_IN_PROGRESS and self._states[feature.name].state == "armed":
+                detail = (f"its target {feature.target} is being imported by another thread: "
+                          f"installs when that import completes")
+                self._set(feature, "pending", detail=detail)
+                self.log.info("feature.pending", feature=feature.name, target=feature.target,
+                              reason=detail)
 
     def _on_import(self, feature: Feature, module) -> FeatureState | None:
         """The post-import hook of ``feature``: install it unless it was disarmed (``uninstall``)
         or is already installed in this process (a forked child inherits the parent's patches and
         its hooks: the child's runtime is this same object, adopted at fork)."""
         st = self._states.get(feature.name)
+        if self.abandoned and feature.name not in self._disarmed:
+            self._disarmed.add(feature.name)
+            from ._activation import import_failed
+            from ._errors import ActivationError
+
+            import_failed(ActivationError(f"{self.abandoned}; feature {feature.name!r} is NOT "
+                                          f"installed on {feature.target}"), feature.name)
+            return st
         waiting = ("armed", "pending") + (("off",) if feature.live else ())  # live: installs bypassed
         if feature.name in self._disarmed or st is None or st.state not in waiting:
             return st
         self.announce()
-        return self.install(feature, module)
+        try:
+            return self.install(feature, module)
+        except DriftError as exc:  # strict: drifted or failed
+            if self._arming == threading.get_ident() or self.on_import_failure is None:
+                raise  # to arm() -> activate(), which applies the policy; a runtime built directly
+            self.on_import_failure(exc, feature.name)
+            return self._states.get(feature.name)
+
+    def abandon(self, reason: str) -> None:
+        """In a child forked while another thread was activating this runtime: every hook it
+        inherited installs nothing more; each reports ``flags.error`` (``reason``) when its target
+        is imported (strict mode: the process stops with exit status 3)."""
+        self.abandoned = reason
+        self.pid = os.getpid()
+        self.announced = True  # its flags.resolved would claim a launch this process does not run
+        self.context = ProcessContext()
+        self.context.update(role="child")
 
     def adopt_in_child(self) -> None:
         """Called in a forked child: this runtime becomes the child's (its pid; role ``child``, the
@@ -420,9 +477,19 @@ class Runtime:
 
     # ------------------------------------------------------------------ report
     def states(self) -> list[FeatureState]:
-        """Per feature (install order): name, state, flag value, source, target."""
-        return [self._states.get(f.name) or self._set(f, "armed" if self.value(f) else "off")
-                for f in self.features.values()]
+        """Per feature (install order): name, state, flag value, source, target. A feature that
+        arming never reached is ``off`` (flag off) or ``not-armed`` (flag on, no hook registered):
+        ``armed`` always means a hook is registered."""
+        out = []
+        for f in self.features.values():
+            st = self._states.get(f.name)
+            if st is None:
+                st = (FeatureState(f.name, "not-armed", True, self.source(f), f.target,
+                                   detail="activation did not register its hook", live=f.live)
+                      if self.value(f) else FeatureState(f.name, "off", False, self.source(f),
+                                                         f.target, live=f.live))
+            out.append(st)
+        return out
 
     def recorded_states(self) -> list[dict]:
         """Per feature (install order) what is true now, for ``flags.error``: the recorded state, or
@@ -436,15 +503,27 @@ class Runtime:
 
     def audit(self) -> list[FeatureState]:
         """Re-check every feature: an armed feature whose target was never imported becomes
-        ``pending``; an installed one whose patched attribute no longer holds our replacement
-        becomes ``lost``. Emits ``feature.pending`` / ``feature.lost``; returns ``states()``."""
+        ``pending`` (also while another thread is still importing it); an armed one whose target
+        IS imported but was never installed (its hook did not fire) becomes ``missed`` (an error);
+        an installed one whose patched attribute no longer holds our replacement becomes
+        ``lost``. Emits ``feature.pending`` / ``feature.missed`` / ``feature.lost``; returns
+        ``states()``."""
         for feature in self.features.values():
             st = self._states.get(feature.name)
             if st is None:
                 continue
-            if st.state in ("armed", "pending") and feature.target not in sys.modules:
-                self._set(feature, "pending")
-                self.log.warning("feature.pending", feature=feature.name, target=feature.target)
+            module = sys.modules.get(feature.target)
+            if st.state in ("armed", "pending") and (module is None or initializing(module)):
+                detail = "" if module is None else "its target is still being imported"
+                self._set(feature, "pending", detail=detail)
+                self.log.warning("feature.pending", feature=feature.name, target=feature.target,
+                                 **({"reason": detail} if detail else {}))
+            elif st.state in ("armed", "pending") and feature.name not in self._disarmed:
+                detail = ("its target is imported but the install never ran: the patch is NOT on"
+                          + (f" ({self.abandoned})" if self.abandoned else ""))
+                self._set(feature, "missed", detail=detail)
+                self.log.error("feature.missed", feature=feature.name, target=feature.target,
+                               reason=detail)
             elif st.state in ("installed", "bypassed"):
                 lost = self._lost(feature)
                 if lost:

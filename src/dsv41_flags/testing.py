@@ -80,6 +80,8 @@ class FlagsKit:
         an empty ``[default]`` section); profile: its profile. strict: strict mode. env: further
         variables to set. Every other ``DSV41_*`` variable of the test process is unset meanwhile.
         Raises what ``dsv41_flags.activate`` raises (SettingsError, DeclarationError, DriftError);
+        a strict drift or failed install at a LATER import raises DriftError from that import
+        (where a launch emits ``flags.error`` and stops the process with exit status 3);
         the process is restored at teardown in every case. One activation per test.
         """
         if self._saved is not None:
@@ -109,6 +111,9 @@ class FlagsKit:
         _activation.set_process_state((None, None))
         # export=False: the kit's snapshot must not reach processes the test starts
         self.runtime = dsv41_flags.activate([path], profile, export=False)
+        # in a test a strict failure at a later import raises DriftError from the import statement
+        # (a launch would emit flags.error and stop with exit status 3: not the test runner)
+        self.runtime.on_import_failure = None
         return self.runtime
 
     # ------------------------------------------------------------------ reading
