@@ -169,3 +169,154 @@ def test_item7_fingerprint_digest_is_recomputed(demo):
     data["fingerprint"]["digest"] = "a" * 64
     with pytest.raises(SnapshotError, match="is not the sha256 of its payload"):
         child(json.dumps(data))
+
+
+# ------------------------------------------------------------ kind: activation published half done
+def test_item1_fork_during_activation_fails_the_child_with_an_event(demo):
+    """Another thread is activating (its flags.resolved write sleeps 0.4 s) when the process
+    forks: the child never gets the half-built runtime as 'armed'; activate() raises
+    ActivationError with a flags.error event naming the cause."""
+    proc = run_py(demo, f"""
+        import os, sys, time, json, threading, dsv41_flags
+        class Slow:
+            def __init__(self, inner): self.inner = inner
+            def write(self, text): time.sleep(0.4); return self.inner.write(text)
+            def flush(self): return self.inner.flush()
+            def __getattr__(self, name): return getattr(self.inner, name)
+        sys.stderr = Slow(sys.stderr)
+        t = threading.Thread(target=dsv41_flags.activate); t.start()
+        time.sleep(0.25)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                dsv41_flags.activate(); out = "returned"
+            except dsv41_flags.FlagsError as exc:
+                out = type(exc).__name__
+            import {demo.target} as m
+            print(json.dumps({{"child": os.getpid(), "out": out, "call": m.Worker().forward()}}),
+                  flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0); t.join()
+        import {demo.target} as m
+        print(json.dumps({{"parent": m.Worker().forward()}}), flush=True)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    c, p = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert c["out"] == "ActivationError" and c["call"] == "stock"
+    assert p["parent"] == "patched n=5"
+    errors = [e for e in events(proc.stderr) if e["event"] == "flags.error" and e["pid"] == c["child"]]
+    assert errors and "forked while another thread" in errors[0]["cause"]
+
+
+def test_item1_armed_means_a_hook_is_registered(demo):
+    rt = parent(demo)  # built, never armed
+    assert [s.state for s in rt.states()] == ["not-armed"]
+
+
+def test_item1_audit_reports_an_imported_but_never_installed_target_as_missed(demo):
+    from dsv41_flags._runtime import FeatureState
+
+    rt = parent(demo)
+    rt.arm()
+    import importlib
+
+    sys.path.insert(0, str(demo.dir))
+    try:
+        # the hook is registered; pretend it never fired: the target imported, state still armed
+        rt._disarmed.add("x")  # unrelated name: our feature is not disarmed
+        rt._states["demo_patch"] = FeatureState("demo_patch", "armed", True, "env", demo.target)
+        import wrapt
+        wrapt.importer._post_import_hooks.pop(demo.target, None)
+        importlib.import_module(demo.target)
+        states = {s.name: s for s in rt.audit()}
+        assert states["demo_patch"].state == "missed" and "NOT on" in states["demo_patch"].detail
+    finally:
+        sys.path.remove(str(demo.dir))
+
+
+# ------------------------------------------------------------ kind: BaseException during activation
+def test_item2_keyboard_interrupt_during_activation_is_latched_and_reported(demo):
+    (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
+        '    n = ctx.options["n"]', '    raise KeyboardInterrupt'))
+    proc = run_py(demo, f"""
+        import {demo.target}, dsv41_flags
+        for attempt in (1, 2):
+            try:
+                dsv41_flags.activate(); print("RETURNED", attempt)
+            except KeyboardInterrupt:
+                print("INTERRUPTED", attempt)
+            except dsv41_flags.FlagsError as exc:
+                print("RAISED", attempt, type(exc).__name__)
+        print(dsv41_flags.runtime())
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["INTERRUPTED 1", "RAISED 2 ActivationError", "None"]
+    errors = [e for e in events(proc.stderr) if e["event"] == "flags.error"]
+    assert errors[0]["error_type"] == "KeyboardInterrupt" and errors[0]["outcome"].startswith("interrupted")
+    assert len(errors) == 2
+
+
+# ------------------------------------------------------------ kind: half-imported target
+def test_item3_target_still_importing_in_another_thread_installs_when_the_import_completes(demo):
+    (demo.dir / f"{demo.target}.py").write_text(
+        "class Worker:\n    def forward(self):\n        return 'stock'\n"
+        "import time\ntime.sleep(0.8)\n"
+        "class Worker:\n    def forward(self):\n        return 'stock'\n")
+    proc = run_py(demo, f"""
+        import threading, time, dsv41_flags
+        t = threading.Thread(target=__import__, args=({demo.target!r},)); t.start()
+        time.sleep(0.3)
+        rt = dsv41_flags.activate()
+        print(rt.states()[0].state)
+        t.join()
+        for _ in range(500):
+            if rt.states()[0].state != "pending":
+                break
+            time.sleep(0.01)
+        import {demo.target} as m
+        print(rt.states()[0].state, m.Worker().forward())
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["pending", "installed patched n=5"]
+    pending = [e for e in events(proc.stderr) if e["event"] == "feature.pending"]
+    assert pending and "being imported by another thread" in pending[0]["reason"]
+
+
+# ------------------------------------------------------------ follow-ups (8a, 8b)
+def test_item8a_failed_non_strict_plugin_activation_still_joins_the_rank_guard(demo):
+    proc = run_py(demo, """
+        import json
+        import dsv41_flags._guard as g
+        calls = []
+        g.register_sglang_guard = lambda rt, reason="": calls.append([rt, reason]) or True
+        from dsv41_flags import _plugin
+        _plugin.load()
+        print(json.dumps(calls))
+    """, DSV41_STRICT="0", DSV41_DEMO_PATCH_N="abc")
+    assert proc.returncode == 0, proc.stderr
+    [[rt, reason]] = json.loads(proc.stdout)
+    assert rt is None and "SettingsError" in reason and "DEMO_PATCH_N" in reason
+    assert "flags.error" in [e["event"] for e in events(proc.stderr)]
+
+
+def test_item8b_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(demo):
+    (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
+        '"Worker.forward"', '"Worker.gone"'))
+    proc = run_py(demo, f"""
+        import dsv41_flags
+        dsv41_flags.activate()
+        try:
+            import {demo.target}
+        except BaseException as exc:            # a host cannot swallow it and run unpatched
+            print("CAUGHT", type(exc).__name__)
+        print("RAN ON")
+    """)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "RAN ON" not in proc.stdout and "CAUGHT" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+    ev = events(proc.stderr)
+    names = [e["event"] for e in ev]
+    assert "feature.drifted" in names
+    err = [e for e in ev if e["event"] == "flags.error"][-1]
+    assert err["entry"] == "import of demo_patch's target" and "Worker.gone" in err["cause"]
+    assert err["outcome"].startswith("stopped: exit status 3")
