@@ -22,8 +22,13 @@ the variable as untrusted text:
   Linux refuses any single environment string over 128 KiB (MAX_ARG_STRLEN) at exec.
 
 Trust model: the environment is trusted like ``PYTHONPATH`` (whoever sets it can run code
-anyway); the snapshot can only choose among values the declarations accept and code that the
-installed distributions or the recorded feature files already are.
+anyway). The snapshot guarantees integrity against accidental change (edited feature files, a
+stale or damaged value, ill-typed values; the fingerprint digest is recomputed from its payload),
+not authenticity: its features directory, file digests and fingerprint all come from the same
+variable. Within that it can only choose among values the declarations accept and code that the
+installed distributions or regular files directly in its features directory already are. Every
+file is read with ``_files.read_regular`` (never blocks, size-capped) and any failure while
+reading it is a SnapshotError (``read``).
 """
 from __future__ import annotations
 
