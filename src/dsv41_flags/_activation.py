@@ -101,10 +101,11 @@ def _activate(settings_files, profile, role, context, export) -> Runtime:
                 os.environ[SNAPSHOT_VAR] = rt.snapshot()
             _remove_spill_at_exit(rt)
             rt.announce()
-            rt.arm()
-            # a strict failure at a LATER import follows the one error policy (flags.error, then
-            # exit status 3), not an exception out of the engine's import statement
+            # a strict failure at a LATER import (or in another thread while arming: a target
+            # whose import was in progress) follows the one error policy (flags.error, then exit
+            # status 3), not an exception out of the engine's import statement
             rt.on_import_failure = import_failed
+            rt.arm()
         except BaseException as exc:
             _FAILED = (pid, exc)
             if rt is not None:

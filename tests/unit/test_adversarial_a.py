@@ -320,3 +320,23 @@ def test_item8b_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(de
     err = [e for e in ev if e["event"] == "flags.error"][-1]
     assert err["entry"] == "import of demo_patch's target" and "Worker.gone" in err["cause"]
     assert err["outcome"].startswith("stopped: exit status 3")
+
+
+def test_item3_8b_strict_drift_found_when_another_threads_import_completes_stops_with_exit_3(demo):
+    (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
+        '"Worker.forward"', '"Worker.gone"'))
+    (demo.dir / f"{demo.target}.py").write_text(
+        "import time\ntime.sleep(0.6)\nclass Worker:\n    def forward(self):\n        return 'stock'\n")
+    proc = run_py(demo, f"""
+        import threading, time, dsv41_flags
+        t = threading.Thread(target=__import__, args=({demo.target!r},)); t.start()
+        time.sleep(0.2)
+        dsv41_flags.activate()
+        t.join()
+        time.sleep(5)
+        print("RAN ON")
+    """)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "RAN ON" not in proc.stdout and "Traceback" not in proc.stderr
+    err = [e for e in events(proc.stderr) if e["event"] == "flags.error"][-1]
+    assert "Worker.gone" in err["cause"] and err["outcome"].startswith("stopped: exit status 3")
