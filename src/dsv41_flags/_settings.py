@@ -448,7 +448,13 @@ def reserved_settings(settings, environ: Mapping[str, str], problems: list[Probl
         if key == "FEATURES_DIR" and chain and ok and value:
             src = chain[-1][0]
             base = Path(src.rsplit(" [", 1)[0]).parent if not src.startswith("env ") else Path.cwd()
-            reserved[key] = str((base / value).resolve())
+            try:
+                reserved[key] = str((base / value).resolve())
+            except Exception as exc:  # RuntimeError on a symlink loop, OSError...: the value's fault
+                problems.append(Problem(key, src, f"features_dir={_short(value)} ({src}) cannot be "
+                                        f"resolved: {type(exc).__name__}: {exc}; accepted: a "
+                                        f"directory path"))
+                reserved[key] = default
     return reserved
 
 

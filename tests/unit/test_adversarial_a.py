@@ -340,3 +340,17 @@ def test_item3_8b_strict_drift_found_when_another_threads_import_completes_stops
     assert "RAN ON" not in proc.stdout and "Traceback" not in proc.stderr
     err = [e for e in events(proc.stderr) if e["event"] == "flags.error"][-1]
     assert "Worker.gone" in err["cause"] and err["outcome"].startswith("stopped: exit status 3")
+
+
+def test_item6_features_dir_symlink_loop_is_a_settings_error(demo, tmp_path):
+    loop = tmp_path / "loopdir"
+    loop.symlink_to(loop)
+    with pytest.raises(SettingsError, match=r"features_dir=.*cannot be resolved: RuntimeError"):
+        build_from_env(demo, DSV41_FEATURES_DIR=str(loop))
+
+
+def build_from_env(demo, **env):
+    from dsv41_flags._runtime import build
+
+    return build([demo.settings], None, environ=dict(env), argv=["prog"], use_snapshot=False,
+                 configure_logging=False)
