@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from ._engine import default_range
 from ._errors import DeclarationError
 from ._names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
 from ._values import KINDS, CastError, cast
@@ -121,10 +122,11 @@ class Feature:
       uninstall and re-install without stacking wrappers.
     summary: one line.
     requires: names that must exist on the target, ``"Cls.method(param)"`` form allowed.
-    engine: requirement string for the engine distribution; default ``"sglang>=0.5.23,<0.6"``
-      (the supported engine release). ``""``: no engine (a target in the user's own code): no
-      version check, ``n/a`` in the upgrade gate, shown as ``no engine range``. Must be a str
-      (``None`` or any other type is a DeclarationError naming the feature and the value).
+    engine: requirement string for the engine distribution; default: the engine adapter's range
+      (``_engine.default_range()``, ``"sglang>=0.5.23,<0.6"`` for sglang, the supported engine
+      release). ``""``: no engine (a target in the user's own code): no version check, ``n/a`` in
+      the upgrade gate, shown as ``no engine range``. Must be a str (``None`` or any other type is
+      a DeclarationError naming the feature and the value).
     fixed_in: version range in which upstream carries the fix (feature then skipped), or "".
     volatile: variable names (``DSV41_...``, ``SGLANG_...``) and argv options (``--port``) this
       feature owns that do not change tuned kernels; left out of the launch fingerprint.
@@ -150,7 +152,7 @@ class Feature:
     install: Callable[[ModuleType, "InstallContext"], None]
     summary: str
     requires: tuple[str, ...] = ()
-    engine: str = "sglang>=0.5.23,<0.6"
+    engine: str = field(default_factory=default_range)
     fixed_in: str = ""
     volatile: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
@@ -209,7 +211,7 @@ class Feature:
             except (InvalidSpecifier, ValueError) as exc:
                 raise DeclarationError(
                     f"{where}: engine range {self.engine!r} is not a distribution name and version "
-                    f"range like 'sglang>=0.5.23,<0.6' ({exc})") from None
+                    f"range like {default_range() or 'name>=1.2,<2'!r} ({exc})") from None
         if self.fixed_in:
             try:
                 SpecifierSet(self.fixed_in)

@@ -89,13 +89,13 @@ def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, 
     """
     token = CHECKED_BY_LAUNCH.set(checked)
     try:
-        return _discover(features_dir, entry_points, sources)
+        return _discover(features_dir, entry_points, sources, checked)
     finally:
         CHECKED_BY_LAUNCH.reset(token)
 
 
 def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, str]],
-              sources: dict[Path, bytes] | None) -> tuple[Feature, ...]:
+              sources: dict[Path, bytes] | None, checked: bool) -> tuple[Feature, ...]:
     features: list[Feature] = []
     if sources is None and features_dir is not None and features_dir.is_dir():
         sources = {}
@@ -127,7 +127,8 @@ def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, st
             for feature in _features_of(obj, origin):
                 features.append(dataclasses.replace(feature, entry_point=(name, value)))
     check_unique(features)
-    check_volatile_declarations(features)  # against the whole set: one feature may name another's keys
+    if not checked:  # against the whole set: one feature may name another's keys
+        check_volatile_declarations(features)
     return tuple(sorted(features, key=lambda f: f.name))
 
 

@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import fnmatch
-import secrets
 import stat
 import time
 from dataclasses import dataclass, field
@@ -64,11 +63,15 @@ class EngineFacts:
 CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
 
 
-def engine_facts() -> EngineFacts:
-    """The engine adapter's fingerprint facts (the one place that knows the engine)."""
-    from ._sglang import FINGERPRINT
+NO_FACTS = EngineFacts(engine="no engine adapter installed", prefixes={}, volatile={})
 
-    return FINGERPRINT
+
+def engine_facts() -> EngineFacts:
+    """The engine adapter's fingerprint facts (``_engine.adapter().fingerprint``: the adapter
+    room is the one place that knows the engine); ``NO_FACTS`` without an engine adapter."""
+    from ._engine import adapter
+
+    return adapter().fingerprint or NO_FACTS
 
 
 @dataclass(frozen=True)
@@ -443,7 +446,7 @@ def write_sidecar(path: os.PathLike | str, fingerprint: Fingerprint) -> Path:
     clean_stale_temps(path.parent, path.name)
     data = json.dumps({"fingerprint": fingerprint.digest, "payload": _jsonable(fingerprint.payload)},
                       sort_keys=True, indent=1).encode()
-    tmp = path.with_name(f".{path.name}{TEMP_TAG}{_host()}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}{TEMP_TAG}{_host()}-{os.getpid()}-{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
                  0o666)
     try:

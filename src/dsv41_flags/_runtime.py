@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import _settings
 from ._declare import Feature
 from ._discovery import discover, install_order
 from ._drift import fixed_upstream, missing_on, version_problem
@@ -73,7 +72,9 @@ def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> 
     for f in files:
         if (f.parent / "features").is_dir():
             return f.parent / "features"
-    return _settings.PROJECT_SETTINGS.parent / "features"
+    from ._settings import PROJECT_SETTINGS
+
+    return PROJECT_SETTINGS.parent / "features"
 
 
 class Runtime:
@@ -692,6 +693,8 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
     ``resolution.problems`` (not raised). Raises SettingsError for a missing/unreadable settings
     file or an unknown profile, DeclarationError for bad feature declarations.
     """
+    from . import _settings  # the settings loader: only where a launch is resolved (not in children)
+
     environ = os.environ if environ is None else environ
     files, _how = _settings.find_settings_files(settings_files, environ)
     settings, prof, profiles, notes = _settings.load(files, profile, environ)

@@ -79,6 +79,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ._engine import EngineAdapter
 from ._errors import FlagsError
 from ._fingerprint import EngineFacts
 from ._live import BUILTIN, SwitchError, check_declared, feature_name, process_status
@@ -758,3 +759,16 @@ def http_status(url: str, timeout_s: float = RPC_TIMEOUT_S + 5) -> dict:
     """``GET URL/dsv41_flags/status``: ``{ok, server, ranks}``. Raises SwitchError when the
     server cannot be reached or has no such route."""
     return _http(url, STATUS_PATH, None, timeout_s)[1]
+
+
+#: the sglang distribution and the range every shipped feature was ported against
+DISTRIBUTION = "sglang"
+DEFAULT_RANGE = "sglang>=0.5.23,<0.6"
+
+#: this room behind the seam (``_engine.EngineAdapter``), declared in the entry-point group
+#: ``dsv41_flags.engines`` (pyproject)
+ADAPTER = EngineAdapter(
+    name=DISTRIBUTION,
+    default_range=DEFAULT_RANGE,
+    fingerprint=FINGERPRINT,
+)

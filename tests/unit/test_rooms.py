@@ -36,7 +36,6 @@ def _child_env(**extra):
     return env
 
 
-@pytest.mark.xfail(strict=True, reason="lean child: phase 2 of issue 11")
 def test_child_from_snapshot_imports_only_what_it_uses():
     """A child activating from the launch's snapshot (both features armed) imports no settings
     loader, no TOML parser, no version parser and no CLI."""

@@ -1,0 +1,95 @@
+"""The seam between the core and an engine: ``EngineAdapter``, what the core may ask of the engine
+it patches. The core never names an engine; each engine is one adapter room (a module beside this
+one) that builds an ``EngineAdapter`` and declares it in the entry-point group
+``dsv41_flags.engines`` (pyproject). Adding a second engine = one new room + one entry point.
+
+What an adapter provides (every field is data or a plain callable; see ``EngineAdapter``):
+
+- ``name`` / ``default_range``: the engine's distribution and the version range a feature gets
+  when it declares no ``engine=``;
+- ``fingerprint``: the engine's contribution to the launch fingerprint (prefixes it reads, volatile
+  variables and launch options, legacy spellings: ``_fingerprint.EngineFacts``);
+- ``plugin_entry``: what the engine's own plugin loader calls in each of its processes;
+- ``on_world_ready``: the guard's hook point: register ``callback(cpu_group)`` to run once the
+  engine has initialised its distributed world (the rank consistency guard);
+- ``process_context``: role and ranks of the calling engine process (``{}`` when unknown);
+- ``will_activate``: whether a spawned process's target activates through the engine's plugin
+  loader (the ``dsv41-flags run`` bootstrap then leaves it to the plugin).
+
+Standard library only at import: every process imports this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, Callable
+
+from ._errors import FlagsError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._fingerprint import EngineFacts
+
+#: entry-point group an engine adapter room is declared in (``name = "module:ADAPTER"``)
+ENGINE_GROUP = "dsv41_flags.engines"
+
+
+def _no_hook(callback: Callable[[Any], None]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class EngineAdapter:
+    """One engine, as the core sees it.
+
+    name: distribution name of the engine (``importlib.metadata.version(name)`` is its version);
+    default_range: requirement a feature without ``engine=`` gets (``"<name>>=1.2,<2"``; "" = no
+      version check);
+    fingerprint: ``EngineFacts`` (prefixes, volatile names, ``canonical_env``);
+    plugin_entry: ``() -> None``, called by the engine's plugin loader in each engine process;
+    on_world_ready: ``(callback) -> bool``: arrange ``callback(cpu_group)`` after the engine has
+      initialised its distributed world; False when the engine offers no such hook here;
+    process_context: ``() -> dict`` role and ranks of the calling engine process, e.g.
+      ``{"role": "scheduler", "tp_rank": 0}``; ``{}`` when unknown;
+    will_activate: ``(target) -> bool``: True when a process about to run ``target`` activates
+      through the engine's plugin loader (which knows its role and ranks).
+    """
+
+    name: str
+    default_range: str
+    fingerprint: "EngineFacts | None" = None
+    plugin_entry: Callable[[], None] = lambda: None
+    on_world_ready: Callable[[Callable[[Any], None]], bool] = _no_hook
+    process_context: Callable[[], dict] = lambda: {}
+    will_activate: Callable[[Any], bool] = lambda target: False
+
+
+#: no engine installed: no default range, no engine variables, no hook points
+NO_ENGINE = EngineAdapter(name="", default_range="")
+
+
+@cache
+def adapter() -> EngineAdapter:
+    """The engine adapter of this environment: the one declared in ``dsv41_flags.engines`` (the
+    first by entry-point name when several are), else ``NO_ENGINE``. Looked up once per process
+    (the installed distributions do not change under a running process).
+    Raises FlagsError when a declared adapter cannot be loaded or is not an EngineAdapter."""
+    import importlib.metadata
+
+    eps = sorted(importlib.metadata.entry_points(group=ENGINE_GROUP), key=lambda ep: ep.name)
+    if not eps:
+        return NO_ENGINE
+    ep = eps[0]
+    try:
+        found = ep.load()
+    except Exception as exc:
+        raise FlagsError(f"engine adapter {ep.name} = {ep.value} (entry-point group {ENGINE_GROUP}) "
+                         f"cannot be loaded: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(found, EngineAdapter):
+        raise FlagsError(f"engine adapter {ep.name} = {ep.value} (entry-point group {ENGINE_GROUP}) "
+                         f"is a {type(found).__name__}, not an EngineAdapter")
+    return found
+
+
+def default_range() -> str:
+    """The engine requirement of a feature that declares no ``engine=`` (the adapter's)."""
+    return adapter().default_range
