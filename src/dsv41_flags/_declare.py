@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._engine import default_range
 from ._errors import DeclarationError
 from ._names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
 from ._values import KINDS, CastError, cast
@@ -26,6 +25,13 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _ENGINE = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
 _REQUIRE = re.compile(r"^(?P<path>[A-Za-z_][A-Za-z0-9_.]*?)(\((?P<params>[A-Za-z0-9_,\s]*)\))?$")
+
+
+def default_range() -> str:
+    """The engine range of a feature that declares none: the engine adapter's (``_engine``)."""
+    from ._engine import default_range as engine_default
+
+    return engine_default()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +158,7 @@ class Feature:
     install: Callable[[ModuleType, "InstallContext"], None]
     summary: str
     requires: tuple[str, ...] = ()
-    engine: str = field(default_factory=default_range)
+    engine: str = field(default_factory=lambda: default_range())
     fixed_in: str = ""
     volatile: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()

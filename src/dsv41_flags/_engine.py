@@ -8,7 +8,7 @@ What an adapter provides (every field is data or a plain callable; see ``EngineA
 - ``name`` / ``default_range``: the engine's distribution and the version range a feature gets
   when it declares no ``engine=``;
 - ``fingerprint``: the engine's contribution to the launch fingerprint (prefixes it reads, volatile
-  variables and launch options, legacy spellings: ``_fingerprint.EngineFacts``);
+  variables and launch options, legacy spellings: ``EngineFacts``);
 - ``plugin_entry``: what the engine's own plugin loader calls in each of its processes;
 - ``on_world_ready``: the guard's hook point: register ``callback(cpu_group)`` to run once the
   engine has initialised its distributed world (the rank consistency guard);
@@ -20,17 +20,40 @@ Standard library only at import: every process imports this module.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Mapping
 
 from ._errors import FlagsError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._fingerprint import EngineFacts
-
 #: entry-point group an engine adapter room is declared in (``name = "module:ADAPTER"``)
 ENGINE_GROUP = "dsv41_flags.engines"
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What an engine contributes to every launch fingerprint, declared by its adapter
+    (``EngineAdapter.fingerprint``); an operator's ``[default.fingerprint]`` adds to it.
+
+    engine: name and version the facts were read from (``"sglang 0.5.23"``), shown by ``--explain``;
+    prefixes: variable prefix the engine reads -> why; volatile: variable or launch option
+    (``--port``) that never changes a tuned kernel -> why; canonical_env: ``environ -> (env,
+    notes)``, the variables renamed as the engine reads them (legacy spellings), with a note per
+    renamed or overridden name; canonical_argv: ``argv -> (argv, notes)``, the launch command
+    (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations).
+    """
+
+    engine: str
+    prefixes: Mapping[str, str]
+    volatile: Mapping[str, str]
+    canonical_env: Callable[[Mapping[str, str]], tuple[dict[str, str], dict[str, str]]] = \
+        field(default=lambda environ: (dict(environ), {}))
+    canonical_argv: Callable[[list[str]], tuple[list[str], dict[str, str]]] = \
+        field(default=lambda argv: (list(argv), {}))
+
+
+#: no engine adapter: nothing contributed to the fingerprint
+NO_FACTS = EngineFacts(engine="no engine adapter installed", prefixes={}, volatile={})
 
 
 def _no_hook(callback: Callable[[Any], None]) -> bool:
@@ -56,7 +79,7 @@ class EngineAdapter:
 
     name: str
     default_range: str
-    fingerprint: "EngineFacts | None" = None
+    fingerprint: EngineFacts | None = None
     plugin_entry: Callable[[], None] = lambda: None
     on_world_ready: Callable[[Callable[[Any], None]], bool] = _no_hook
     process_context: Callable[[], dict] = lambda: {}

@@ -27,49 +27,27 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ._declare import Feature
 from ._names import ENV_PREFIX, RESERVED_KEYS, suggest
 from ._errors import DeclarationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine import EngineFacts
 from ._resolution import Resolution, _jsonable
 
 SIDECAR_SUFFIX = ".launch"
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What an engine contributes to every launch fingerprint, declared by its adapter
-    (``_sglang.FINGERPRINT``); an operator's ``[default.fingerprint]`` adds to it.
-
-    engine: name and version the facts were read from (``"sglang 0.5.23"``), shown by ``--explain``;
-    prefixes: variable prefix the engine reads -> why; volatile: variable or launch option
-    (``--port``) that never changes a tuned kernel -> why; canonical_env: ``environ -> (env,
-    notes)``, the variables renamed as the engine reads them (legacy spellings), with a note per
-    renamed or overridden name; canonical_argv: ``argv -> (argv, notes)``, the launch command
-    (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations).
-    """
-
-    engine: str
-    prefixes: Mapping[str, str]
-    volatile: Mapping[str, str]
-    canonical_env: Callable[[Mapping[str, str]], tuple[dict[str, str], dict[str, str]]] = \
-        field(default=lambda environ: (dict(environ), {}))
-    canonical_argv: Callable[[list[str]], tuple[list[str], dict[str, str]]] = \
-        field(default=lambda argv: (list(argv), {}))
 
 
 #: the framework's own variables always enter (by resolved value for flags and options)
 CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
 
 
-NO_FACTS = EngineFacts(engine="no engine adapter installed", prefixes={}, volatile={})
-
-
 def engine_facts() -> EngineFacts:
     """The engine adapter's fingerprint facts (``_engine.adapter().fingerprint``: the adapter
     room is the one place that knows the engine); ``NO_FACTS`` without an engine adapter."""
-    from ._engine import adapter
+    from ._engine import NO_FACTS, adapter
 
     return adapter().fingerprint or NO_FACTS
 

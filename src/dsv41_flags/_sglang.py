@@ -79,9 +79,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ._engine import EngineAdapter
+from ._engine import EngineAdapter, EngineFacts
 from ._errors import FlagsError
-from ._fingerprint import EngineFacts
 from ._live import BUILTIN, SwitchError, check_declared, feature_name, process_status
 
 ENGINE = "sglang 0.5.23"
