@@ -26,7 +26,6 @@ from ._events import get_logger
 from ._fingerprint import volatile_names
 from ._declare import ENV_PREFIX
 
-GUARD_TARGET = "sglang.srt.distributed.parallel_state.initialize_model_parallel"
 
 
 class RankMismatchError(FlagsError, RuntimeError):
@@ -142,23 +141,14 @@ def check_ranks(runtime, group=None, mode: str | None = None, *,
     return table
 
 
-def register_sglang_guard(runtime, *, reason: str = "") -> bool:
-    """Register ``check_ranks`` as an AFTER hook on sglang's ``initialize_model_parallel`` through
-    sglang's HookRegistry (applied by ``load_plugins()``), whatever the local guard mode: every
-    rank must join the gather. ``runtime`` None (activation failed in this process, ``reason``
-    says why): the rank still joins with ``unavailable_view``. Returns False when sglang's plugin
-    system is not importable."""
-    try:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    except ImportError:
-        return False
+def register_guard(runtime, *, reason: str = "", engine=None) -> bool:
+    """Arrange ``check_ranks`` at the engine's hook point (``EngineAdapter.on_world_ready``: once
+    the engine has initialised its distributed world, over its CPU group), whatever the local
+    guard mode: every rank must join the gather. ``runtime`` None (activation failed in this
+    process, ``reason`` says why): the rank still joins with ``unavailable_view``. ``engine``:
+    the adapter (default: this environment's). Returns False when the engine offers no hook."""
+    if engine is None:
+        from ._engine import adapter
 
-    def after(result, *args, **kwargs):
-        """HookRegistry AFTER hook: run the guard over the world's CPU group, keep the result."""
-        from sglang.srt.distributed.parallel_state import get_world_group
-
-        check_ranks(runtime, get_world_group().cpu_group, reason=reason)
-        return result
-
-    HookRegistry.register(GUARD_TARGET, after, HookType.AFTER)
-    return True
+        engine = adapter()
+    return engine.on_world_ready(lambda group: check_ranks(runtime, group, reason=reason))

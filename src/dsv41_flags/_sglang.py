@@ -331,7 +331,9 @@ NO_GUARD_ROLES = ("engine", "detokenizer", "data_parallel_controller")
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
 PLUGIN_GROUP = "sglang.srt.plugins"
 #: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``)
-PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags._plugin:load")
+PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags._sglang:load")
+#: the same entry as installed before it moved into this room (metadata of an older install)
+PLUGIN_ENTRIES = {PLUGIN_ENTRY, ("dsv41_flags", "dsv41_flags._plugin:load")}
 #: rank arguments of sglang's process entry functions, in report order
 RANKS = ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 #: process entry functions of sglang 0.5.23 that call ``load_plugins()`` first thing
@@ -375,7 +377,7 @@ def plugin_installed(environ=None) -> bool:
         eps = importlib.metadata.entry_points(group=PLUGIN_GROUP)
     except Exception:
         return False
-    if not any((ep.name, ep.value) == PLUGIN_ENTRY for ep in eps):
+    if not any((ep.name, ep.value) in PLUGIN_ENTRIES for ep in eps):
         return False
     allowed = environ.get("SGLANG_PLUGINS", "").strip()
     return not allowed or PLUGIN_ENTRY[0] in {x.strip() for x in allowed.split(",")}
@@ -760,6 +762,75 @@ def http_status(url: str, timeout_s: float = RPC_TIMEOUT_S + 5) -> dict:
     return _http(url, STATUS_PATH, None, timeout_s)[1]
 
 
+#: the rank guard's hook point: sglang's model-parallel world is initialised here (every
+#: scheduler process calls it once, with the world's CPU group ready afterwards)
+GUARD_TARGET = "sglang.srt.distributed.parallel_state.initialize_model_parallel"
+
+
+def on_world_ready(callback: Callable[[Any], None]) -> bool:
+    """Register ``callback(cpu_group)`` as an AFTER hook on ``initialize_model_parallel`` through
+    sglang's HookRegistry (applied by ``load_plugins()``); the hook returns the function's result
+    unchanged. Returns False when sglang's plugin system is not importable."""
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError:
+        return False
+
+    def after(result, *args, **kwargs):
+        """HookRegistry AFTER hook: call back with the world's CPU group, keep the result."""
+        from sglang.srt.distributed.parallel_state import get_world_group
+
+        callback(get_world_group().cpu_group)
+        return result
+
+    HookRegistry.register(GUARD_TARGET, after, HookType.AFTER)
+    return True
+
+
+def load() -> None:
+    """sglang's plugin entry (group ``sglang.srt.plugins``): activate dsv41_flags in this sglang
+    process (once), with its role and ranks read from the calling ``run_<role>_process`` frame
+    BEFORE activating, so every event from ``flags.resolved`` on carries them; then register the
+    rank consistency guard at ``on_world_ready`` (schedulers only).
+
+    sglang 0.5.23 calls ``load_plugins()`` in the main process and at the start of every
+    scheduler, detokenizer and data-parallel controller process (all started with ``spawn``).
+    Error policy (``_activation.fail``): any exception while activating, not only FlagsError,
+    emits ``flags.error`` (entry ``sglang-plugin``); in strict mode the process stops with
+    ``SystemExit(3)``: sglang's ``load_plugins()`` logs and swallows a plugin's ``Exception``
+    ("Failed to execute general plugin") and would boot with nothing armed; SystemExit is not an
+    Exception, so the boot stops here. Non-strict: the process runs, the event says what is on."""
+    try:
+        from ._activation import EXIT_STRICT, activate_entry, fail
+    except Exception as exc:  # the package itself is broken here: no event possible
+        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin importing "
+                         f"dsv41_flags raised {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
+            return
+        raise SystemExit(3) from None
+
+    try:
+        ctx = caller_context()
+    except Exception:  # an unexpected frame shape: role and ranks unknown, activation goes on
+        ctx = {}
+    role = ctx.pop("role", None)
+    rt = activate_entry(PLUGIN_ENTRY_NAME, role=role, context=ctx)
+    if rt is None:
+        return
+    # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
+    # import of sglang's parallel_state
+    if rt.guard_registered or rt.context.fields.get("role") in NO_GUARD_ROLES:
+        return
+    try:
+        from ._guard import register_guard
+
+        rt.guard_registered = register_guard(rt, engine=ADAPTER)
+    except Exception as exc:
+        if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
+            raise SystemExit(EXIT_STRICT) from None
+
+
 #: the sglang distribution and the range every shipped feature was ported against
 DISTRIBUTION = "sglang"
 DEFAULT_RANGE = "sglang>=0.5.23,<0.6"
@@ -770,4 +841,8 @@ ADAPTER = EngineAdapter(
     name=DISTRIBUTION,
     default_range=DEFAULT_RANGE,
     fingerprint=FINGERPRINT,
+    plugin_entry=load,
+    on_world_ready=on_world_ready,
+    process_context=caller_context,
+    will_activate=plugin_will_activate,
 )
