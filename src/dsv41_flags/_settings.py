@@ -33,7 +33,7 @@ DEFAULT_PROFILE = "default"
 PROJECT_SETTINGS = Path(__file__).resolve().parent / "_data" / "settings.toml"
 
 #: the operator's ``fingerprint`` table: what settings ADD to the engine adapter's defaults
-#: (``_sglang.FINGERPRINT``: prefixes the engine reads, variables and launch options it rewrites or
+#: (``EngineAdapter.fingerprint``: prefixes the engine reads, variables and launch options it rewrites or
 #: that differ per node) and to ``DSV41_``; nothing by default
 FINGERPRINT_DEFAULTS = {"prefixes": (), "volatile": (), "volatile_argv": ()}
 
