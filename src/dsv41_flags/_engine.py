@@ -28,6 +28,8 @@ from ._errors import FlagsError
 
 #: entry-point group an engine adapter room is declared in (``name = "module:ADAPTER"``)
 ENGINE_GROUP = "dsv41_flags.engines"
+#: the distribution that ships the framework and its adapter rooms
+DISTRIBUTION = "dsv41-flags"
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,18 @@ NO_ENGINE = EngineAdapter(name="", default_range="")
 
 @cache
 def adapter() -> EngineAdapter:
-    """The engine adapter of this environment: the one declared in ``dsv41_flags.engines`` (the
-    first by entry-point name when several are), else ``NO_ENGINE``. Looked up once per process
+    """The engine adapter of this environment: the one declared in ``dsv41_flags.engines`` by this
+    distribution (else by any installed one; the first by entry-point name when several are),
+    else ``NO_ENGINE``. Looked up once per process
     (the installed distributions do not change under a running process).
     Raises FlagsError when a declared adapter cannot be loaded or is not an EngineAdapter."""
     import importlib.metadata
 
-    eps = sorted(importlib.metadata.entry_points(group=ENGINE_GROUP), key=lambda ep: ep.name)
+    try:  # this distribution's own rooms first: one metadata file, not a scan of every distribution
+        eps = list(importlib.metadata.distribution(DISTRIBUTION).entry_points.select(group=ENGINE_GROUP))
+    except importlib.metadata.PackageNotFoundError:
+        eps = []
+    eps = sorted(eps or importlib.metadata.entry_points(group=ENGINE_GROUP), key=lambda ep: ep.name)
     if not eps:
         return NO_ENGINE
     ep = eps[0]
