@@ -29,7 +29,7 @@ from ._static import SourceView, find_in_dir
 
 PIP_TIMEOUT_S = 900
 
-#: sub-directories of a source checkout that may hold the top-level package (sglang's own
+#: sub-directories of a source checkout that may hold the top-level package (the engine's own
 #: repository keeps it under ``python/``, many projects under ``src/``)
 CHECKOUT_LAYOUTS = ("", "python", "src")
 
