@@ -364,13 +364,17 @@ def _bootstrap_activate(role: str | None = None) -> None:
 def _activate_before_spawn_target() -> None:
     import multiprocessing.process as mpp
 
-    from . import _sglang
+    from ._engine import adapter
 
     original = mpp.BaseProcess._bootstrap
 
     def _bootstrap(self, *args, **kwargs):
         mpp.BaseProcess._bootstrap = original  # this process only (a forkserver keeps its copy)
-        if not _sglang.plugin_will_activate(getattr(self, "_target", None)):
+        try:
+            deferred = adapter().will_activate(getattr(self, "_target", None))
+        except Exception:  # an engine adapter that cannot say: activate here, as for any target
+            deferred = False
+        if not deferred:
             _bootstrap_activate()
         return original(self, *args, **kwargs)
 

@@ -9,7 +9,7 @@ Payload (canonical JSON, sorted keys, no whitespace):
   below), renamed as the engine reads them (legacy spellings, ``EngineFacts.canonical_env``);
   ``settings``: resolved value of every non-volatile flag and option, whatever its source.
 Prefixes and volatile names add up from three places: the engine adapter's defaults
-(``_sglang.FINGERPRINT``), the settings (``fingerprint.prefixes`` / ``volatile`` /
+(``EngineAdapter.fingerprint``), the settings (``fingerprint.prefixes`` / ``volatile`` /
 ``volatile_argv``, profile sections add to ``[default]``) and the feature declarations
 (``volatile=``, ``Option(volatile=)``); ``Fingerprint.excluded`` / ``included`` say which one
 decided each key.
@@ -263,7 +263,7 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
             environ: Mapping[str, str], facts: EngineFacts | None = None) -> Fingerprint:
     """Compute the launch fingerprint of this launch. Pure function of its inputs.
 
-    facts: the engine's contribution (default: the engine adapter's, ``_sglang.FINGERPRINT``):
+    facts: the engine's contribution (default: the engine adapter's, ``EngineAdapter.fingerprint``):
     its prefixes and volatile names are used in addition to the settings' and the features', and
     its ``canonical_env`` renames legacy spellings before hashing."""
     facts = engine_facts() if facts is None else facts

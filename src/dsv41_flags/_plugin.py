@@ -8,7 +8,22 @@ from __future__ import annotations
 
 
 def load() -> None:
-    """Call the engine adapter's plugin entry (see ``_engine.EngineAdapter.plugin_entry``)."""
-    from ._engine import adapter
+    """Call the engine adapter's plugin entry (``_engine.EngineAdapter.plugin_entry``). When the
+    package or its adapter cannot even be loaded, say so on stderr and, unless ``DSV41_STRICT`` is
+    off, stop the process (exit 3): the engine's loader would swallow an exception and boot with
+    nothing applied."""
+    import os
+    import sys
 
-    adapter().plugin_entry()
+    try:
+        from ._engine import adapter
+
+        entry = adapter().plugin_entry
+    except Exception as exc:
+        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin loading the engine "
+                         f"adapter raised {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
+            return
+        raise SystemExit(3) from None
+    entry()

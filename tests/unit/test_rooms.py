@@ -183,7 +183,6 @@ def _code_strings_imports_comments(path: Path):
                 yield tok.start[0], tok.string
 
 
-@pytest.mark.xfail(strict=True, reason="engine adapter apart: phase 2 of issue 11")
 def test_only_the_adapter_room_names_the_engine():
     """``grep -rn sglang src/dsv41_flags`` outside ``_sglang.py`` finds docstrings at most: no
     string constant, import or comment names the engine (the core reaches it only through the
