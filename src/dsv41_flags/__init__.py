@@ -34,14 +34,14 @@ def switch_engine(engine, name: str, value, *, requested_by: str = "python", tim
     answer ``{ok, feature, old, new, generation, step, ranks}``. Raises SwitchError (refused: every
     rank keeps its value; or no answer within ``timeout_s`` seconds) / NotLiveError. Since issue 12.
     """
-    from ._sglang import switch_engine as _switch
+    from ._engine import adapter
 
-    return _switch(engine, name, value, requested_by=requested_by, timeout_s=timeout_s)
+    return adapter().switch(engine, name, value, requested_by=requested_by, timeout_s=timeout_s)
 
 
 def engine_status(engine, *, timeout_s: float = 60.0) -> dict:
     """Every scheduler rank's feature states, generation and step of an offline ``sglang.Engine``:
     ``{ok, ranks: [...]}`` (the ``status --json`` shape plus rank fields). Since issue 12."""
-    from ._sglang import engine_status as _status
+    from ._engine import adapter
 
-    return _status(engine, timeout_s=timeout_s)
+    return adapter().status(engine, timeout_s=timeout_s)

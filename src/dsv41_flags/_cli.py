@@ -112,7 +112,7 @@ def _value(resolution, key):
     return r.value if r else None
 
 
-UrlOpt = typer.Option(None, "--url", metavar="URL", help="a running sglang server, http://HOST:PORT")
+UrlOpt = typer.Option(None, "--url", metavar="URL", help="a running engine server, http://HOST:PORT")
 
 
 @app.command(short_help="What a boot would arm, with every value and its source.",
@@ -212,7 +212,7 @@ def _print_blockers(blockers: list[dict]) -> None:
 @app.command("set", short_help="Switch a live feature on every rank of a running server, in lockstep.")
 def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
                                          help="a live feature and on/off, e.g. folded_fence=on"),
-         url: str = typer.Option(..., "--url", metavar="URL", help="the sglang server, http://HOST:PORT"),
+         url: str = typer.Option(..., "--url", metavar="URL", help="the engine server, http://HOST:PORT"),
          by: Optional[str] = typer.Option(None, "--by", metavar="WHO", help="who asks (recorded in the event and "
                                           "the audit; default USER@HOST)"),
          as_json: bool = JsonOpt) -> None:

@@ -14,7 +14,9 @@ What an adapter provides (every field is data or a plain callable; see ``EngineA
   engine has initialised its distributed world (the rank consistency guard);
 - ``process_context``: role and ranks of the calling engine process (``{}`` when unknown);
 - ``will_activate``: whether a spawned process's target activates through the engine's plugin
-  loader (the ``dsv41-flags run`` bootstrap then leaves it to the plugin).
+  loader (the ``dsv41-flags run`` bootstrap then leaves it to the plugin);
+- ``switch`` / ``status`` / ``remote_switch`` / ``remote_status``: the live-switching path
+  (in-process engine object, or its running server).
 
 Standard library only at import: every process imports this module.
 """
@@ -62,6 +64,12 @@ def _no_hook(callback: Callable[[Any], None]) -> bool:
     return False
 
 
+def _no_live(*args: Any, **kwargs: Any) -> dict:
+    from ._live import SwitchError
+
+    raise SwitchError("the installed engine adapter offers no live switching path")
+
+
 @dataclass(frozen=True)
 class EngineAdapter:
     """One engine, as the core sees it.
@@ -76,7 +84,11 @@ class EngineAdapter:
     process_context: ``() -> dict`` role and ranks of the calling engine process, e.g.
       ``{"role": "scheduler", "tp_rank": 0}``; ``{}`` when unknown;
     will_activate: ``(target) -> bool``: True when a process about to run ``target`` activates
-      through the engine's plugin loader (which knows its role and ranks).
+      through the engine's plugin loader (which knows its role and ranks);
+    switch / status: ``(engine_object, name, value, *, requested_by, timeout_s) -> dict`` and
+      ``(engine_object, *, timeout_s) -> dict``: live switching of an in-process engine object on
+      every rank (issue 12); remote_switch / remote_status: ``(url, name, value, requested_by)``
+      and ``(url)``: the same through the engine's running server. Default: SwitchError.
     """
 
     name: str
@@ -86,6 +98,10 @@ class EngineAdapter:
     on_world_ready: Callable[[Callable[[Any], None]], bool] = _no_hook
     process_context: Callable[[], dict] = lambda: {}
     will_activate: Callable[[Any], bool] = lambda target: False
+    switch: Callable[..., dict] = _no_live
+    status: Callable[..., dict] = _no_live
+    remote_switch: Callable[..., dict] = _no_live
+    remote_status: Callable[..., dict] = _no_live
 
 
 #: no engine installed: no default range, no engine variables, no hook points

@@ -34,10 +34,10 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, er
     except SwitchError as exc:
         err.print(f"error: {exc}", style="red")
         raise typer.Exit(2) from None
-    from ._sglang import http_set
+    from ._engine import adapter
 
     try:
-        data = http_set(url, name, value, by or _who())
+        data = adapter().remote_switch(url, name, value, by or _who())
     except SwitchError as exc:
         data = {"ok": False, "feature": name, "error": str(exc)}
     if as_json:
@@ -60,10 +60,10 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, er
 def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], None]) -> None:
     """Print what each scheduler rank (and the server process) has on now. Exits 1 when the server
     cannot be asked or its ranks are on different generations."""
-    from ._sglang import http_status
+    from ._engine import adapter
 
     try:
-        data = http_status(url)
+        data = adapter().remote_status(url)
     except SwitchError as exc:
         data = {"ok": False, "error": str(exc), "ranks": []}
     ranks = data.get("ranks") or []

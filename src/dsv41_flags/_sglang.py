@@ -818,6 +818,13 @@ def load() -> None:
     rt = activate_entry(PLUGIN_ENTRY_NAME, role=role, context=ctx)
     if rt is None:
         return
+    if any(f.live for f in rt.features.values()):
+        # live switches over sglang's RPC path: methods on Scheduler, routes on the HTTP app
+        try:
+            arm_live(rt)
+        except Exception as exc:
+            if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
+                raise SystemExit(EXIT_STRICT) from None
     # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
     # import of sglang's parallel_state
     if rt.guard_registered or rt.context.fields.get("role") in NO_GUARD_ROLES:
@@ -845,4 +852,8 @@ ADAPTER = EngineAdapter(
     on_world_ready=on_world_ready,
     process_context=caller_context,
     will_activate=plugin_will_activate,
+    switch=switch_engine,
+    status=engine_status,
+    remote_switch=http_set,
+    remote_status=http_status,
 )
