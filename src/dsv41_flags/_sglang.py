@@ -817,6 +817,17 @@ def load() -> None:
     role = ctx.pop("role", None)
     rt = activate_entry(PLUGIN_ENTRY_NAME, role=role, context=ctx)
     if rt is None:
+        # activation failed, non-strict: this rank still registers the guard (with no runtime)
+        # so it joins the ranks' all_gather; otherwise the other ranks would block in it
+        if role in NO_GUARD_ROLES or not _guard_once():
+            return
+        reason = _failure_reason()
+        try:
+            from ._guard import register_guard
+
+            register_guard(None, reason=reason, engine=ADAPTER)
+        except Exception as exc:
+            fail(exc, PLUGIN_ENTRY_NAME, role, ctx)  # non-strict here: it runs on
         return
     if any(f.live for f in rt.features.values()):
         # live switches over sglang's RPC path: methods on Scheduler, routes on the HTTP app
@@ -836,6 +847,29 @@ def load() -> None:
     except Exception as exc:
         if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
             raise SystemExit(EXIT_STRICT) from None
+
+
+_NO_RUNTIME_GUARD: list[int] = []  # pids where the no-runtime guard is registered
+
+
+def _guard_once() -> bool:
+    """True the first time in this process (``load_plugins()`` may call ``load`` again)."""
+    if os.getpid() in _NO_RUNTIME_GUARD:
+        return False
+    _NO_RUNTIME_GUARD.append(os.getpid())
+    return True
+
+
+def _failure_reason() -> str:
+    """Why this process has no runtime (the latched activation error), for the guard's view."""
+    from ._activation import process_state
+
+    failed = process_state()[1]
+    if failed is None:
+        return "activation failed"
+    exc = failed[1]
+    exc = exc.__cause__ if exc.__cause__ is not None and type(exc).__name__ == "ActivationError" else exc
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 #: the sglang distribution and the range every shipped feature was ported against
