@@ -288,7 +288,7 @@ def test_item8a_failed_non_strict_plugin_activation_still_joins_the_rank_guard(d
         import json
         import dsv41_flags._guard as g
         calls = []
-        g.register_sglang_guard = lambda rt, reason="": calls.append([rt, reason]) or True
+        g.register_guard = lambda rt, reason="", engine=None: calls.append([rt, reason]) or True
         from dsv41_flags import _plugin
         _plugin.load()
         print(json.dumps(calls))
