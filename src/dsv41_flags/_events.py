@@ -127,6 +127,8 @@ class LogHealth:
         self.reported = 0
         self.last_error = ""
         self.reporting = False
+        self.stalled = False  # the last write found its descriptor full (no wait next time)
+        self.cut_line = False  # the last write stopped inside a line
 
     def failed(self, kind: str, exc: BaseException) -> None:
         """Count one line hit by an error (``kind``: write | render | processor). Takes no lock
@@ -148,11 +150,26 @@ HEALTH = LogHealth()
 
 
 # --------------------------------------------------------------------------------- output
+#: longest a line waits for a full non-blocking stream before its rest is counted lost (seconds)
+WRITE_RETRY_S = 0.1
+
+
 class StderrLogger:
     """structlog logger (the sink): writes each rendered line to the stream that is
-    ``sys.stderr`` when the line is written (or to the stream returned by ``stream``), then
-    flushes. A missing, closed or failing stream loses the line, counted in ``HEALTH``; it never
-    raises. Every level method is ``msg``."""
+    ``sys.stderr`` when the line is written (or to the stream returned by ``stream``). A missing,
+    closed or failing stream loses the line, counted in ``HEALTH``; it never raises. Every level
+    method is ``msg``.
+
+    A stream with a file descriptor gets the line's encoded bytes through ``os.write`` (after
+    flushing what the stream buffered, so the order is kept), and the count written is checked:
+    CPython's text stream over a non-blocking descriptor reports success while it drops bytes
+    (a full pipe: ``BlockingIOError`` swallowed, partial writes). A full non-blocking descriptor
+    is retried for at most ``WRITE_RETRY_S`` in all (not at all while the previous line found it
+    still full, so a stalled reader costs one wait, not one per line); bytes still unwritten then
+    are a lost line, counted (kind ``write``) and reported once by the next ``log.errors`` event
+    (issue 16); a line cut after its first bytes is followed by a newline first. A
+    blocking descriptor blocks as any write to it does. A stream without a descriptor (a test's
+    ``StringIO``) gets ``write`` and ``flush``."""
 
     def __init__(self, stream: Callable[[], Any] | None = None) -> None:
         self._stream = stream or (lambda: sys.stderr)
@@ -163,12 +180,61 @@ class StderrLogger:
             stream = self._stream()
             if stream is None:
                 raise OSError("no stream (sys.stderr is None)")
-            stream.write(f"{message}\n")
-            stream.flush()
+            fd = _fileno(stream)
+            if fd is None:
+                stream.write(f"{message}\n")
+                stream.flush()
+                return
+            stream.flush()  # what the stream holds goes first
+            encoding = getattr(stream, "encoding", None) or "utf-8"
+            # after a cut line, start on a fresh line so the next line stays whole JSON
+            data = ("\n" if HEALTH.cut_line else "") + f"{message}\n"
+            data = data.encode(encoding, "backslashreplace")
+            lost = _write_all(fd, data, 0.0 if HEALTH.stalled else WRITE_RETRY_S)
+            HEALTH.stalled = bool(lost)
+            if lost:
+                HEALTH.cut_line = HEALTH.cut_line or lost < len(data)
+                raise BlockingIOError(f"{lost} of {len(data)} bytes not written: stream full")
+            HEALTH.cut_line = False
         except Exception as exc:
             HEALTH.failed("write", exc)
 
     log = debug = info = warn = warning = error = err = critical = fatal = exception = failure = msg
+
+
+def _fileno(stream: Any) -> int | None:
+    """The descriptor under ``stream``, or None (no ``fileno``, or it raises)."""
+    try:
+        fd = stream.fileno()
+    except Exception:
+        return None
+    return fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def _write_all(fd: int, data: bytes, retry_s: float = WRITE_RETRY_S) -> int:
+    """Write ``data`` to ``fd``; returns the count of bytes left unwritten (0: all written). A
+    full non-blocking descriptor is retried with short sleeps for at most ``retry_s`` seconds;
+    an interrupted write is retried. Raises OSError for other write errors."""
+    import time
+
+    view, deadline, pause = memoryview(data), None, 0.001
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            n = 0
+        except InterruptedError:
+            continue
+        if n:
+            view = view[n:]
+            continue
+        now = time.monotonic()
+        deadline = now + retry_s if deadline is None else deadline
+        if now >= deadline:
+            return len(view)
+        time.sleep(min(pause, deadline - now))
+        pause = min(pause * 2, 0.02)
+    return 0
 
 
 class StderrLoggerFactory:
@@ -314,14 +380,50 @@ def _context_only(logger: Any, method_name: str, event_dict: dict) -> dict:
     return event_dict
 
 
-def get_logger(context: ProcessContext | None = None, **bound: Any):
+#: processors of a host's chain that drop events by level (the report never goes through them)
+def _level_filters() -> tuple:
+    try:
+        from structlog.stdlib import filter_by_level
+        return (filter_by_level,)
+    except Exception:  # pragma: no cover - structlog without stdlib support
+        return ()
+
+
+class _ReportChain(_ContextThenConfigured):
+    """The report's chain: like ``_ContextThenConfigured`` without the configured chain's level
+    filters (``structlog.stdlib.filter_by_level``)."""
+
+    def __iter__(self) -> Iterator[Callable]:
+        filters = _level_filters()
+        return (p for p in super().__iter__() if p not in filters)
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+#: the report's wrapper class: structlog's filtering bound logger at NOTSET filters nothing
+_UNFILTERED = structlog.make_filtering_bound_logger(logging.NOTSET)
+
+
+def get_logger(context: ProcessContext | None = None, *, report: bool = True, **bound: Any):
     """The framework's logger: ``context`` (or pid/process only) added by a processor, then the
     configured chain; every level method never raises (errors are counted in ``HEALTH``).
     ``bound``: fields bound into every event. Safe to call before ``configure`` and before any
-    runtime exists (e.g. for ``flags.error``)."""
-    wrapper = _safe_wrapper(structlog.get_config()["wrapper_class"])
-    return structlog.wrap_logger(None, processors=_ContextThenConfigured(context or _context_only),
-                                 wrapper_class=wrapper, cache_logger_on_first_use=False,
+    runtime exists (e.g. for ``flags.error``).
+
+    report=True (the framework's report events: ``flags.resolved``, ``feature.*``, ``snapshot.*``,
+    ``flags.error``, ...): no level filter applies, neither ``log_level`` nor a host's filtering
+    wrapper class or ``filter_by_level`` processor: the configured processors (renderer, and
+    ``capture_logs``) still see every event, so every process says which patches are on whatever
+    the level (issue 16). report=False (a feature's own events, ``ctx.log``): the configured
+    wrapper class filters as configured (``log_level``)."""
+    if report:
+        wrapper, chain = _safe_wrapper(_UNFILTERED), _ReportChain(context or _context_only)
+    else:
+        wrapper = _safe_wrapper(structlog.get_config()["wrapper_class"])
+        chain = _ContextThenConfigured(context or _context_only)
+    return structlog.wrap_logger(None, processors=chain, wrapper_class=wrapper,
+                                 cache_logger_on_first_use=False,
                                  logger_factory_args=(LOGGER_NAME,), **bound)
 
 

@@ -447,10 +447,88 @@ def write_sidecar(path: os.PathLike | str, fingerprint: Fingerprint) -> Path:
     return path
 
 
+#: largest sidecar read (a real one is a few KiB): a bigger file is unreadable, never loaded whole
+SIDECAR_MAX_BYTES = 1 << 20
+_HEX = frozenset("0123456789abcdef")
+
+
+def read_regular(path: os.PathLike | str, *, max_bytes: int, follow_symlinks: bool = True) -> bytes:
+    """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
+
+    Opened non-blocking (a FIFO or device never blocks the caller) and checked with ``fstat`` on
+    the open descriptor: anything but a regular file raises OSError (``EINVAL``), so does a file
+    larger than ``max_bytes`` (``EFBIG``; never read whole: ``/dev/zero`` or a huge file cannot
+    exhaust memory); with ``follow_symlinks=False`` a symbolic link at ``path`` raises
+    ``ELOOP``. Raises OSError for every filesystem fault (missing file, permission, I/O error).
+    Stands in for the file-reading helper ``_files.read_regular`` of issue 16."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise OSError(errno.EISDIR, "is a directory", str(path))  # IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes ({st.st_size})", str(path))
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:  # grew while read
+                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_json_bytes(data: bytes) -> Any:
+    """``json.loads`` of UTF-8 ``data``; raises ValueError for anything that is not a JSON document
+    (bad UTF-8, bad JSON, nesting too deep for the parser: RecursionError becomes ValueError)."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+
+
+def payload_problem(payload: Any) -> str | None:
+    """Why ``payload`` is not a fingerprint payload, or None when it is one: a JSON object with
+    ``argv`` (list of str), ``env`` (object of str -> str) and ``settings`` (object of str -> JSON
+    value: str, number, bool, null, or a list of those), and nothing else."""
+    if not isinstance(payload, dict):
+        return f"payload is {type(payload).__name__}, not an object"
+    extra = sorted(set(payload) - {"argv", "env", "settings"})
+    if extra:
+        return f"payload has unknown key(s) {extra}"
+    argv = payload.get("argv")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return "payload.argv is not a list of strings"
+    env = payload.get("env")
+    if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+        return "payload.env is not an object of strings"
+    settings = payload.get("settings")
+    if not isinstance(settings, dict):
+        return "payload.settings is not an object"
+    scalar = (str, int, float, bool, type(None))
+    for key, value in settings.items():
+        if not (isinstance(value, scalar) or (isinstance(value, list)
+                                              and all(isinstance(v, scalar) for v in value))):
+            return f"payload.settings[{key!r}] is {type(value).__name__} (a nested value)"
+    return None
+
+
 @dataclass(frozen=True)
 class Sidecar:
     """A sidecar as read: digest ("" if unreadable), payload (None for the seed's one-hex-line
-    format or an unreadable file) and ``legacy`` (True when written by the seed adapter)."""
+    format or an unreadable file; otherwise a payload ``payload_problem`` accepts), ``legacy``
+    (True when written by the seed adapter) and ``error`` (``"<path>: <why>"`` when unreadable)."""
 
     digest: str
     payload: Mapping[str, Any] | None
@@ -459,26 +537,43 @@ class Sidecar:
 
 
 def read_sidecar(path: os.PathLike | str) -> Sidecar:
-    """Read a sidecar. Never raises for content: a missing or malformed file gives ``error``;
-    a seed-era file (one hex line) gives ``legacy=True`` and no payload (always a mismatch)."""
+    """Read a sidecar. Total: never raises, whatever the file holds or is.
+
+    A missing file, a symbolic link (never followed), a FIFO / device / directory (never blocks:
+    opened non-blocking, ``fstat``-checked), a file over ``SIDECAR_MAX_BYTES``, bad UTF-8, bad or
+    too deeply nested JSON, or JSON that is not ``{"fingerprint": "<64 hex>", "payload": <payload>}``
+    (``payload_problem``: every type inside checked) gives ``payload=None`` and ``error``; a
+    seed-era file (one hex line) gives ``legacy=True`` and no payload (always a mismatch).
+    Since issue 16 (adversarial review): deep validation, size cap, no symlink, non-blocking."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return _read_sidecar(path)
+    except Exception as exc:  # last resort: a fault not foreseen above is still an answer
+        return Sidecar("", None, error=f"{path}: unreadable ({type(exc).__name__}: {exc})")
+
+
+def _read_sidecar(path: os.PathLike | str) -> Sidecar:
+    try:
+        data = read_regular(path, max_bytes=SIDECAR_MAX_BYTES, follow_symlinks=False)
     except OSError as exc:
-        return Sidecar("", None, error=f"{path}: cannot read it: {exc.strerror or exc}")
-    except UnicodeDecodeError:
-        return Sidecar("", None, error=f"{path}: not a sidecar (not UTF-8 text)")
-    stripped = text.strip()
-    if len(stripped) == 64 and all(c in "0123456789abcdef" for c in stripped):
-        return Sidecar(stripped, None, legacy=True)
+        why = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        return Sidecar("", None, error=f"{path}: cannot read it: {why}")
+    stripped = data.strip()
+    if len(stripped) == 64 and set(stripped.decode("ascii", "replace")) <= _HEX:
+        return Sidecar(stripped.decode("ascii"), None, legacy=True)
     expected = 'expected JSON {"fingerprint": "<64 hex>", "payload": {"argv", "env", "settings"}}'
     try:
-        data = json.loads(text)
-    except ValueError:
-        return Sidecar("", None, error=f"{path}: not a sidecar (not JSON; {expected})")
-    if not (isinstance(data, dict) and isinstance(data.get("fingerprint"), str)
-            and isinstance(data.get("payload"), dict)):
+        doc = load_json_bytes(data)
+    except ValueError as exc:
+        return Sidecar("", None, error=f"{path}: not a sidecar ({exc}; {expected})")
+    if not isinstance(doc, dict):
         return Sidecar("", None, error=f"{path}: not a sidecar ({expected})")
-    return Sidecar(data["fingerprint"], data["payload"])
+    digest = doc.get("fingerprint")
+    if not (isinstance(digest, str) and len(digest) == 64 and set(digest) <= _HEX):
+        return Sidecar("", None, error=f"{path}: not a sidecar (fingerprint is not 64 hex; {expected})")
+    problem = payload_problem(doc.get("payload"))
+    if problem:
+        return Sidecar("", None, error=f"{path}: not a sidecar ({problem}; {expected})")
+    return Sidecar(digest, doc["payload"])
 
 
 def matches(sidecar: Sidecar, fingerprint: Fingerprint) -> bool:
@@ -488,12 +583,18 @@ def matches(sidecar: Sidecar, fingerprint: Fingerprint) -> bool:
 
 def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict]:
     """Key-by-key differences between two payloads: ``[{"part", "key", "old", "new"}]`` where
-    ``part`` is argv/env/settings and a missing side is None (argv compared as a whole)."""
+    ``part`` is argv/env/settings and a missing side is None (argv compared as a whole).
+    Meant for payloads ``payload_problem`` accepts (``read_sidecar`` returns no other); a part
+    that is not of its type counts as empty, so it never raises over a payload's content."""
+    old = old if isinstance(old, Mapping) else {}
+    new = new if isinstance(new, Mapping) else {}
     changes = []
-    if list(old.get("argv", [])) != list(new.get("argv", [])):
+    seq = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
+    if seq(old.get("argv")) != seq(new.get("argv")):
         changes.append({"part": "argv", "key": "argv", "old": old.get("argv"), "new": new.get("argv")})
     for part in ("env", "settings"):
-        a, b = old.get(part, {}) or {}, new.get(part, {}) or {}
+        a, b = old.get(part), new.get(part)
+        a, b = (a if isinstance(a, Mapping) else {}), (b if isinstance(b, Mapping) else {})
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
                 changes.append({"part": part, "key": key, "old": a.get(key), "new": b.get(key)})

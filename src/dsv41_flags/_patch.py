@@ -6,6 +6,7 @@ that installing twice leaves exactly one wrapper level and ``uninstall`` restore
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -148,10 +149,13 @@ class InstallContext:
 
     feature: the Feature; options: option name -> resolved value; fingerprint: the launch
     Fingerprint (from the snapshot in children); log: a structlog logger bound with
-    ``feature=<name>``; ledger: the runtime's patch ledger (use ``patch``); gate: for a live
-    feature (``Feature(live=True)``), its switch (``gate.on``), else None. Every ``patch`` of a
-    live feature is bypassed while ``gate.on`` is False (see ``_live.gated``), so the feature file
-    stays only the patch; read ``gate.on`` yourself only for state that is not a patched callable.
+    ``feature=<name>`` (the feature's own events, filtered by ``log_level``); ledger: the
+    runtime's patch ledger (use ``patch``); gate: for a live feature (``Feature(live=True)``), its
+    switch (``gate.on``), else None. Every ``patch`` of a live feature is bypassed while
+    ``gate.on`` is False (see ``_live.gated``), so the feature file stays only the patch; read
+    ``gate.on`` yourself only for state that is not a patched callable. report: the logger of the
+    framework's report events (never filtered; ``guard`` reports through it; ``log`` when not
+    given).
     """
 
     feature: Any
@@ -160,8 +164,9 @@ class InstallContext:
     log: Any
     ledger: Ledger = field(repr=False)
     gate: Any = None
+    report: Any = field(default=None, repr=False)
 
-    def patch(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> Any:
+    def patch(self, owner: Any, attr: str, make: Callable[[Any], Any], *, guard: bool = False) -> Any:
         """Replace ``owner.attr`` by ``make(original)`` through the ledger; returns the replacement.
 
         Installing twice leaves one wrapper level; ``Runtime.uninstall`` restores the original.
@@ -169,9 +174,78 @@ class InstallContext:
         ``make``'s result while ``ctx.gate.on`` and the original otherwise.
         Raises AttributeError when ``owner`` has no ``attr``; SwitchError when a live feature
         patches something that is not callable.
+
+        guard: the replacement runs under ``guard`` with the original as fallback: an exception
+        raised by the feature's code is reported (``<feature>.error``) and the original is called
+        with the same arguments, as the stock engine would; an exception raised by the original
+        that ``make`` received (the engine's own code) propagates unchanged. Only for functions
+        whose code has no side effect the original would repeat (no collective before the
+        failure point); a context manager is guarded step by step with ``guard`` instead.
         """
+        if guard:
+            unguarded = make
+
+            def make(original):
+                guarded = self.guard(unguarded(_engine_code(original)), original, step=attr)
+                guarded.__wrapped__ = original  # inspect.signature and the drift check see the original
+                return guarded
+
         if self.gate is not None:
             from ._live import gated
 
             make = gated(make, self.gate, f"{getattr(owner, '__qualname__', getattr(owner, '__name__', owner))}.{attr}")
         return self.ledger.patch(self.feature.name, owner, attr, make).replacement
+
+    def guard(self, fn: Callable, fallback: Callable | None = None, *, step: str = "") -> Callable:
+        """``fn`` made safe for the engine: a call runs ``fn(*args, **kwargs)``; when it raises an
+        ``Exception`` (a malformed file, a filesystem fault, a bug of the feature) the cause is
+        reported as ``<feature>.error`` (fields ``step``, ``cause``, ``action``) through the report
+        logger, and ``fallback(*args, **kwargs)`` is returned instead (None when no fallback).
+        Exceptions raised by code wrapped with ``patch(guard=True)``'s original pass through, so do
+        ``BaseException``s that are not ``Exception`` (KeyboardInterrupt, SystemExit). Never
+        raises itself over ``fn``'s failure; the fallback's own exceptions propagate (they are the
+        engine's). Since issue 16 (adversarial review)."""
+        name, step = self.feature.name, step or getattr(fn, "__name__", "step")
+        events = self.report if self.report is not None else self.log
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                if getattr(exc, _ENGINE_MARK, False):
+                    raise
+                cause = exc
+            try:
+                events.error(f"{name}.error", feature=name, step=step,
+                             cause=f"{type(cause).__name__}: {cause}",
+                             action=("called the engine's original" if fallback is not None
+                                     else "step skipped") + ", as without this feature")
+            except Exception:
+                pass
+            del cause
+            return None if fallback is None else fallback(*args, **kwargs)
+
+        return call
+
+
+_ENGINE_MARK = "__dsv41_engine_raised__"
+
+
+def _engine_code(original: Callable) -> Callable:
+    """``original`` marking what it raises as the engine's own (``guard`` lets it through)."""
+    if not callable(original):
+        return original
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                setattr(exc, _ENGINE_MARK, True)
+            except Exception:
+                pass
+            raise
+
+    return call

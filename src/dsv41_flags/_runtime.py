@@ -142,9 +142,10 @@ class Runtime:
     # ------------------------------------------------------------------ events
     @property
     def log(self):
-        """The framework logger: this runtime's ``context`` is added to every event by a
-        processor (pid, process, role, ranks as they are when the event is emitted); it never
-        raises (see ``_events``)."""
+        """The framework logger of the report events: this runtime's ``context`` is added to
+        every event by a processor (pid, process, role, ranks as they are when the event is
+        emitted); it never raises and no level filter silences it (see ``_events.get_logger``);
+        features log through ``ctx.log``, which ``log_level`` filters."""
         return get_logger(self.context)
 
     # ------------------------------------------------------------------ flags
@@ -358,8 +359,9 @@ class Runtime:
                                  f"{', '.join(missing)} ({STRICT_HINT})")
             return st
         ctx = InstallContext(feature, self.options(feature), self.fingerprint,
-                             self.log.bind(feature=feature.name), self.ledger,
-                             self.live.gate(feature.name, self.value(feature)) if feature.live else None)
+                             get_logger(self.context, report=False, feature=feature.name), self.ledger,
+                             self.live.gate(feature.name, self.value(feature)) if feature.live else None,
+                             report=self.log.bind(feature=feature.name))
         try:
             feature.install(module, ctx)
         except Exception as exc:
