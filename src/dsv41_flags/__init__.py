@@ -3,7 +3,7 @@
 Public API: ``Feature``, ``Option``, ``activate``, ``runtime``, ``Runtime``, ``FeatureState``,
 ``InstallContext``, the error classes, the fingerprint/sidecar helpers (``read_sidecar``,
 ``write_sidecar``, ``sidecar_path``, ``sidecar_matches``, ``payload_diff``, ``clean_stale_temps``,
-``SymlinkRefused``) that features keeping caches use, and the live switches (``Runtime.switch``,
+``SymlinkRefused``, ``read_regular``) that features keeping caches use, and the live switches (``Runtime.switch``,
 ``Toggle``, ``switch_engine`` / ``engine_status`` for an offline sglang Engine). Every other module is
 an implementation detail.
 """
@@ -13,8 +13,8 @@ from ._declare import Feature, Option
 from ._activation import activate, runtime
 from ._errors import (ActivationError, DeclarationError, DriftError, FlagsError, Problem,
                       SettingsError, SnapshotError)
-from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_temps, read_sidecar,
-                           sidecar_path, write_sidecar)
+from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_temps, read_regular,
+                           read_sidecar, sidecar_path, write_sidecar)
 from ._fingerprint import diff as payload_diff, matches as sidecar_matches
 from ._live import NotLiveError, SwitchError, Toggle
 from ._patch import InstallContext
@@ -24,7 +24,7 @@ __all__ = ["Feature", "Option", "activate", "runtime", "Runtime", "FeatureState"
            "FlagsError", "DeclarationError", "SettingsError", "DriftError", "SnapshotError",
            "ActivationError", "Problem",
            "Fingerprint", "Sidecar", "read_sidecar", "write_sidecar", "sidecar_path", "sidecar_matches",
-           "payload_diff", "clean_stale_temps", "SymlinkRefused",
+           "payload_diff", "clean_stale_temps", "SymlinkRefused", "read_regular",
            "SwitchError", "NotLiveError", "Toggle", "switch_engine", "engine_status"]
 
 

@@ -684,8 +684,11 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
 
     Resolves once here, checks the armed features for drift as status does, and refuses to start
     (exit 1, with the message status gives) a launch that strict mode would stop; otherwise hands
-    the snapshot down. Exit code and signals pass through (the command replaces this process)."""
-    from ._launcher import exec_command, interpreter_problem, prepare
+    the snapshot down. A Python command whose interpreter options skip the bootstrap (-E, -I, -S,
+    also joined as -Es, -IS, or on a script's #! line) is refused in strict mode (exit 1) and
+    warned about otherwise. Exit code and signals pass through (the command replaces this
+    process)."""
+    from ._launcher import bootstrap_bypass, exec_command, interpreter_problem, prepare
 
     if not ctx.args:
         err.print("error: missing the command: dsv41-flags run [OPTIONS] -- CMD [ARGS]...",
@@ -702,6 +705,14 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         _print_blockers(blockers)
         err.print(f"error: not starting {ctx.args[0]}", style="red", highlight=False)
         raise typer.Exit(1)
+    bypass = bootstrap_bypass(ctx.args, env)
+    if bypass and rt.resolution.strict:
+        err.print(f"error: {bypass}", style="red", highlight=False)
+        err.print(f"error: not starting {ctx.args[0]} (strict mode)", style="red", highlight=False)
+        raise typer.Exit(1)
+    if bypass:
+        err.print(f"warning: {bypass}; starting anyway (strict mode is off)", style="yellow",
+                  highlight=False)
     armed = [f.name for f in rt.features.values() if rt.resolution.flag(f)]
     problem = interpreter_problem(ctx.args, os.environ) if armed else None
     if problem and rt.resolution.strict:

@@ -90,3 +90,93 @@ def interpreter_problem(argv: Sequence[str], env: Mapping[str, str],
             f"applied in its processes. Run the Python of the environment where dsv41_flags is "
             f"installed ({sys.executable}, or activate that environment first: "
             f"source {Path(sys.executable).parent}/activate)")
+
+
+#: a program that is a Python interpreter: python, python3, python3.11, pypy3, ...
+_PYTHON_NAME = re.compile(r"(python|pypy)[0-9]*(\.[0-9]+)*")
+#: interpreter options that keep the bootstrap from running -> why (checked on CPython 3.11:
+#: ``-s`` and ``PYTHONNOUSERSITE`` only drop the user site directory, not ``PYTHONPATH``)
+BYPASS_OPTIONS = {
+    "E": "ignores every PYTHON* variable, so PYTHONPATH (where the bootstrap sitecustomize is) "
+         "is not read",
+    "I": "isolated mode: implies -E (PYTHONPATH, where the bootstrap sitecustomize is, is not read)",
+    "S": "does not import the site module, so no sitecustomize (the bootstrap) runs",
+}
+#: single-letter interpreter options that take a value (``-W arg``, ``-Werror``)
+_VALUE_OPTIONS = "WX"
+
+
+def interpreter_options(argv: Sequence[str]) -> list[str] | None:
+    """The single-letter options a Python command line gives its interpreter, in order (``python
+    -Es -X dev r.py`` -> ``["E", "s", "X"]``), read as CPython reads them: joined letters (-IS),
+    ``-W``/``-X`` with an attached or a separate value, up to ``-c``/``-m`` (included), the script,
+    ``-`` or ``--``. None when ``argv[0]`` is no Python interpreter (by its file name)."""
+    if not argv or not _PYTHON_NAME.fullmatch(Path(argv[0]).name):
+        return None
+    letters: list[str] = []
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or token in ("-", "--"):
+            break
+        if token.startswith("--"):  # --check-hash-based-pycs MODE, --help, --version
+            i += 2 if token == "--check-hash-based-pycs" else 1
+            continue
+        skip = 1
+        for j, letter in enumerate(token[1:], start=1):
+            letters.append(letter)
+            if letter in "cm":
+                return letters
+            if letter in _VALUE_OPTIONS:
+                skip = 1 if token[j + 1:] else 2
+                break
+        i += skip
+    return letters
+
+
+def _shebang(program: str, env: Mapping[str, str]) -> list[str] | None:
+    """The interpreter line of the script ``program`` (``#!/usr/bin/python3 -I`` -> ``[
+    "/usr/bin/python3", "-I"]``; ``/usr/bin/env [-S] python3 -E`` -> ``["python3", "-E"]``), or
+    None. Reads at most 256 bytes of a regular file, never blocks, never raises."""
+    import shutil
+    import stat
+
+    try:
+        path = shutil.which(program, path=env.get("PATH", os.defpath)) or program
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            head = os.read(fd, 256) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if words and Path(words[0]).name == "env":
+        words = [w for w in words[1:] if w != "-S"]
+    return words or None
+
+
+def bootstrap_bypass(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:
+    """Why the Python command ``argv`` would run without the bootstrap (unpatched and silent), or
+    None. An interpreter option in ``BYPASS_OPTIONS`` (``-E``, ``-I``, ``-S``, also joined: ``-Es``,
+    ``-IS``) given on the command line, or on the interpreter line of a script run directly
+    (``#!/usr/bin/python3 -I``). Issue 16: ``dsv41-flags run -- python -I r.py`` ran unpatched."""
+    env = os.environ if env is None else env
+    for where, words in (("", list(argv)), ("the interpreter line of ", None)):
+        if words is None:
+            if not argv or interpreter_options(argv) is not None:
+                return None
+            words = _shebang(argv[0], env)
+            if not words:
+                return None
+            where += f"{argv[0]} ({' '.join(words)})"
+            words = words + ["script"]
+        for letter in interpreter_options(words) or []:
+            if letter in BYPASS_OPTIONS:
+                return (f"interpreter option -{letter} on {where or 'the command line'}: "
+                        f"{BYPASS_OPTIONS[letter]}; that Python process would run with no feature "
+                        f"applied and no event saying so. Drop -{letter} (-s, which keeps the user "
+                        f"site directory out, still runs the bootstrap)")
+    return None

@@ -25,11 +25,12 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
-from dsv41_flags import (Feature, Option, SymlinkRefused, clean_stale_temps, payload_diff, read_sidecar,
-                         sidecar_matches, sidecar_path, write_sidecar)
+from dsv41_flags import (Feature, Option, SymlinkRefused, clean_stale_temps, payload_diff, read_regular,
+                         read_sidecar, sidecar_matches, sidecar_path, write_sidecar)
 
 #: errors of a directory this process may read but not change (image-baked caches, read-only
 #: mounts, another user's directory): the cache is used read-only
@@ -38,6 +39,28 @@ READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 ENGINE_TEMPS = (".autotuner_*.tmp",)
 LOCK_SUFFIX = ".lock"
 LOCK_TIMEOUT_S = 30.0
+#: largest cache file read to decide (FlashInfer's are KiB to a few MiB): a bigger one is re-tuned
+CACHE_MAX_BYTES = 256 << 20
+
+
+def read_cache(cache_path: Path):
+    """The cache's JSON content, or None when it is unreadable or not JSON (a FIFO, a device, a
+    file over ``CACHE_MAX_BYTES``, bad UTF-8, JSON nested too deeply). Never blocks (opened
+    non-blocking, ``fstat``-checked by ``read_regular``). Raises FileNotFoundError (no cache)
+    and IsADirectoryError."""
+    try:
+        return json.loads(read_regular(cache_path, max_bytes=CACHE_MAX_BYTES))
+    except (FileNotFoundError, IsADirectoryError):
+        raise
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
@@ -167,26 +190,33 @@ def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> st
     rank of the launch. A stale cache that cannot be moved (read-only directory) gets the stock
     digest (``stock(cache_path, env)``): the engine's own gate decides, as without the feature.
     Leftover temporaries of crashed writes beside the cache are removed first. Never raises
-    OSError (a cache vanishing under a concurrent engine counts as no cache)."""
+    OSError (a cache vanishing under a concurrent engine counts as no cache), never blocks on a
+    cache or sidecar that is a FIFO or device (read non-blocking, ``read_regular``); the stock
+    digest runs outside the lock."""
     cache_path = Path(cache_path)
     with cache_lock(cache_path, log):
         _clean_temps(cache_path)
         try:
-            configs = json.loads(cache_path.read_text())
-        except FileNotFoundError:
+            configs = read_cache(cache_path)
+        except (FileNotFoundError, IsADirectoryError):
             return ""
-        except IsADirectoryError:
-            return ""
-        except (OSError, ValueError):
-            configs = None
         reason = _stale_reason(cache_path, configs, fingerprint)
         if reason:
             # a different launch re-tunes: an empty digest alone would still let the stock
             # code load the old file when every rank reports "" (they agree)
             moved = _move_aside(cache_path, keep, reason, log)
             if moved is None and os.path.lexists(cache_path):
-                return stock(cache_path, env)
-            return ""
+                configs = None  # the stock digest, outside the lock (it reads the whole file)
+            else:
+                return ""
+    if configs is None:
+        if _is_regular(cache_path):
+            return stock(cache_path, env)
+        # a FIFO or device the stock digest would read forever: no cache to agree on
+        log.warning("autotune_keep.unreadable", cache=str(cache_path),
+                    reason="not a regular file and cannot be moved aside",
+                    action="treated as no cache (the stock digest would block on it)")
+        return ""
     stamp = configs.get("_metadata")
     # the fingerprint itself differs between ranks (node rank, per-node env); only "same
     # launch as when this rank saved" enters the cross-rank digest (sglang#40420)
@@ -242,6 +272,16 @@ def install(module, ctx):
     """Patch the digest, the divergence gate and the autotune context of ``flashinfer_autotune``."""
     fingerprint, keep, log = ctx.fingerprint, ctx.options["keep_old"], ctx.log
 
+    def unlink(cache_path, *_):  # what the stock gate does with diverged caches
+        with contextlib.suppress(OSError):
+            os.unlink(cache_path)
+
+    safe_set_aside = ctx.guard(set_aside, unlink, step="set_aside")
+    safe_reused = ctx.guard(lambda p: p.is_file() and _stale_reason(p, {}, fingerprint) is None,
+                            step="reused")
+    safe_before_save = ctx.guard(before_save, step="before_save")
+    safe_after_tuning = ctx.guard(after_tuning, step="after_tuning")
+
     def make_digest(original):
         def _autotune_cache_digest(cache_path, env):
             return boot_digest(Path(cache_path), env, fingerprint, keep, log, original)
@@ -256,7 +296,7 @@ def install(module, ctx):
             digests = [""] * dist.get_world_size(group)
             dist.all_gather_object(digests, module._autotune_cache_digest(Path(cache_path), env), group=group)
             if len(set(digests)) > 1:
-                set_aside(Path(cache_path), keep, "per-rank caches disagree (stock gate)", log)
+                safe_set_aside(Path(cache_path), keep, "per-rank caches disagree (stock gate)", log)
 
         return _drop_diverged_autotune_cache
 
@@ -269,15 +309,18 @@ def install(module, ctx):
             module._autotune_cache_digest(cache_path, {})
             with original(model_runner, *args, **kwargs):
                 # after the gate and the load: was a cache of this launch really there?
-                reused = cache_path.is_file() and _stale_reason(cache_path, {}, fingerprint) is None
+                reused = bool(safe_reused(cache_path))
                 yield
-                before_save(cache_path, fingerprint, log)  # the engine saves when this block exits
-            after_tuning(cache_path, fingerprint, log)
+                safe_before_save(cache_path, fingerprint, log)  # the engine saves when this block exits
+            safe_after_tuning(cache_path, fingerprint, log)
             log.info("autotune_keep.reused" if reused else "autotune_keep.tuned", cache=str(cache_path))
 
         return flashinfer_autotune_context
 
-    ctx.patch(module, "_autotune_cache_digest", make_digest)
+    # guard=True: a fault of this feature's code (a file it cannot make sense of, a filesystem
+    # error) is reported as autotune_keep.error and the engine's original digest runs instead
+    ctx.patch(module, "_autotune_cache_digest", make_digest, guard=True)
+    # the gate and the context run collectives / the engine's own code: guarded step by step
     ctx.patch(module, "_drop_diverged_autotune_cache", make_drop)
     ctx.patch(module, "flashinfer_autotune_context", make_context)
 
