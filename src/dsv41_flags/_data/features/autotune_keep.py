@@ -188,7 +188,9 @@ def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> st
     keeps its cache. A cache of another launch is set aside and "" returned (nothing to load);
     one of this launch gives a digest of the load decision only (sglang#40420), equal on every
     rank of the launch. A stale cache that cannot be moved (read-only directory) gets the stock
-    digest (``stock(cache_path, env)``): the engine's own gate decides, as without the feature.
+    digest (``stock(cache_path, env)``) when it is a JSON object: the engine's own gate decides,
+    as without the feature; an unreadable one (not JSON, not a regular file) gets "", what the
+    stock digest answers for it, without handing it to the stock code.
     Leftover temporaries of crashed writes beside the cache are removed first. Never raises
     OSError (a cache vanishing under a concurrent engine counts as no cache), never blocks on a
     cache or sidecar that is a FIFO or device (read non-blocking, ``read_regular``); the stock
@@ -206,17 +208,19 @@ def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> st
             # code load the old file when every rank reports "" (they agree)
             moved = _move_aside(cache_path, keep, reason, log)
             if moved is None and os.path.lexists(cache_path):
-                configs = None  # the stock digest, outside the lock (it reads the whole file)
+                stuck = True  # cannot be moved (read-only directory): decided below, unlocked
             else:
                 return ""
-    if configs is None:
-        if _is_regular(cache_path):
-            return stock(cache_path, env)
-        # a FIFO or device the stock digest would read forever: no cache to agree on
-        log.warning("autotune_keep.unreadable", cache=str(cache_path),
-                    reason="not a regular file and cannot be moved aside",
-                    action="treated as no cache (the stock digest would block on it)")
-        return ""
+        else:
+            stuck = False
+    if stuck:
+        if isinstance(configs, dict):  # a cache of another launch: the engine's own rules
+            return stock(cache_path, env)  # outside the lock: it reads the whole file
+        if not _is_regular(cache_path):
+            log.warning("autotune_keep.unreadable", cache=str(cache_path),
+                        reason="not a regular file and cannot be moved aside",
+                        action="treated as no cache")
+        return ""  # unreadable or not a JSON object: what the stock digest answers for it
     stamp = configs.get("_metadata")
     # the fingerprint itself differs between ranks (node rank, per-node env); only "same
     # launch as when this rank saved" enters the cross-rank digest (sglang#40420)
