@@ -401,8 +401,43 @@ class _ReportChain(_ContextThenConfigured):
         return len(list(iter(self)))
 
 
-#: the report's wrapper class: structlog's filtering bound logger at NOTSET filters nothing
-_UNFILTERED = structlog.make_filtering_bound_logger(logging.NOTSET)
+_STDLIB_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO, "log": logging.INFO,
+                  "warning": logging.WARNING, "warn": logging.WARNING, "error": logging.ERROR,
+                  "err": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+                  "fatal": logging.CRITICAL}
+
+
+class _UnfilteredStdlib:
+    """A host's ``logging.Logger`` (``structlog.stdlib.LoggerFactory``) seen by the report: each
+    level method hands the record to the logger's handlers whatever the logger's own level
+    (``Logger.handle``: a disabled logger, its filters and its handlers' levels still apply)."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def __getattr__(self, name: str) -> Callable:
+        level = _STDLIB_LEVELS.get(name, logging.INFO)
+        logger = self._logger
+
+        def emit(msg: Any = "", *args: Any, **kw: Any) -> None:
+            extra = kw.get("extra") if isinstance(kw.get("extra"), dict) else None
+            logger.handle(logger.makeRecord(logger.name, level, "(dsv41_flags)", 0, msg, args, None,
+                                            extra=extra))
+
+        return emit
+
+
+class _UnfilteredBase(structlog.make_filtering_bound_logger(logging.NOTSET)):  # type: ignore[misc]
+    """The report's wrapper class: structlog's filtering bound logger at NOTSET (filters nothing);
+    a stdlib logger underneath is reached around its own level (``_UnfilteredStdlib``)."""
+
+    def _proxy_to_logger(self, method_name, event=None, **event_kw):
+        if isinstance(self._logger, logging.Logger):
+            self._logger = _UnfilteredStdlib(self._logger)
+        return super()._proxy_to_logger(method_name, event, **event_kw)
+
+
+_UNFILTERED = _UnfilteredBase
 
 
 def get_logger(context: ProcessContext | None = None, *, report: bool = True, **bound: Any):

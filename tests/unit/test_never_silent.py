@@ -381,3 +381,25 @@ def test_full_nonblocking_stderr_pipe_loss_is_counted_and_reported(launch):
     assert reported and reported[0]["errors"] >= 1, rest
     assert "after.drain" in [e["event"] for e in lines]
     assert second["errors"] == first["errors"]  # reported once, nothing more lost
+
+
+STDLIB_HOST = """
+import logging, structlog, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(levelname)s %(message)s")
+structlog.configure(processors=[structlog.stdlib.filter_by_level, structlog.processors.JSONRenderer()],
+                    logger_factory=structlog.stdlib.LoggerFactory(), wrapper_class=structlog.stdlib.BoundLogger)
+from dsv41_flags._events import get_logger
+get_logger().info("flags.resolved", armed=[])
+get_logger(report=False).info("feature.own_info")
+get_logger(report=False).warning("feature.own_warning")
+"""
+
+
+def test_report_passes_a_host_stdlib_logging_setup_at_warning():
+    """A host routing structlog into ``logging`` at WARNING (filter_by_level, stdlib logger level):
+    the report still reaches the host's handlers; the features' own info lines do not."""
+    proc = subprocess.run([sys.executable, "-c", STDLIB_HOST], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["INFO", "WARNING"], lines
+    assert "flags.resolved" in lines[0] and "feature.own_warning" in lines[1]
