@@ -13,7 +13,8 @@ from ._declare import Feature, Option
 from ._activation import activate, runtime
 from ._errors import (ActivationError, DeclarationError, DriftError, FlagsError, Problem,
                       SettingsError, SnapshotError)
-from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_temps, read_regular,
+from ._files import read_regular
+from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_temps,
                            read_sidecar, sidecar_path, write_sidecar)
 from ._fingerprint import diff as payload_diff, matches as sidecar_matches
 from ._live import NotLiveError, SwitchError, Toggle

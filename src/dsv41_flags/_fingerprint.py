@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ._declare import Feature
 from ._names import ENV_PREFIX, RESERVED_KEYS, suggest
 from ._errors import DeclarationError
+from ._files import read_regular
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import EngineFacts
@@ -452,41 +453,6 @@ SIDECAR_MAX_BYTES = 1 << 20
 _HEX = frozenset("0123456789abcdef")
 
 
-def read_regular(path: os.PathLike | str, *, max_bytes: int, follow_symlinks: bool = True) -> bytes:
-    """The bytes of the regular file ``path``, at most ``max_bytes`` of them.
-
-    Opened non-blocking (a FIFO or device never blocks the caller) and checked with ``fstat`` on
-    the open descriptor: anything but a regular file raises OSError (``EINVAL``), so does a file
-    larger than ``max_bytes`` (``EFBIG``; never read whole: ``/dev/zero`` or a huge file cannot
-    exhaust memory); with ``follow_symlinks=False`` a symbolic link at ``path`` raises
-    ``ELOOP``. Raises OSError for every filesystem fault (missing file, permission, I/O error).
-    Stands in for the file-reading helper ``_files.read_regular`` of issue 16."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if not follow_symlinks:
-        flags |= os.O_NOFOLLOW
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.EISDIR, "is a directory", str(path))  # IsADirectoryError
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        if st.st_size > max_bytes:
-            raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes ({st.st_size})", str(path))
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:  # grew while read
-                raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes", str(path))
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def load_json_bytes(data: bytes) -> Any:
     """``json.loads`` of UTF-8 ``data``; raises ValueError for anything that is not a JSON document
     (bad UTF-8, bad JSON, nesting too deep for the parser: RecursionError becomes ValueError)."""
@@ -554,8 +520,8 @@ def read_sidecar(path: os.PathLike | str) -> Sidecar:
 def _read_sidecar(path: os.PathLike | str) -> Sidecar:
     try:
         data = read_regular(path, max_bytes=SIDECAR_MAX_BYTES, follow_symlinks=False)
-    except OSError as exc:
-        why = "a symbolic link (not followed)" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+    except OSError as exc:  # FileRefused: "<path> <why>"
+        why = getattr(exc, "reason", None) or exc.strerror or str(exc)
         return Sidecar("", None, error=f"{path}: cannot read it: {why}")
     stripped = data.strip()
     if len(stripped) == 64 and set(stripped.decode("ascii", "replace")) <= _HEX:

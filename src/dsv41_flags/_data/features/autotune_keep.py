@@ -49,10 +49,16 @@ def read_cache(cache_path: Path):
     non-blocking, ``fstat``-checked by ``read_regular``). Raises FileNotFoundError (no cache)
     and IsADirectoryError."""
     try:
-        return json.loads(read_regular(cache_path, max_bytes=CACHE_MAX_BYTES))
-    except (FileNotFoundError, IsADirectoryError):
-        raise
-    except (OSError, ValueError, RecursionError):
+        data = read_regular(cache_path, max_bytes=CACHE_MAX_BYTES)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, "no cache", str(cache_path)) from None
+        if os.path.isdir(cache_path):
+            raise IsADirectoryError(errno.EISDIR, "a directory", str(cache_path)) from None
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
         return None
 
 
