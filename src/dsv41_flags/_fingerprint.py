@@ -33,10 +33,10 @@ from ._declare import Feature
 from ._names import ENV_PREFIX, RESERVED_KEYS, suggest
 from ._errors import DeclarationError
 from ._files import read_regular
+from ._resolution import Resolution, _jsonable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import EngineFacts
-from ._resolution import Resolution, _jsonable
 
 SIDECAR_SUFFIX = ".launch"
 
