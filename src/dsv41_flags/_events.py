@@ -20,6 +20,7 @@ Logging never breaks the host (issue 13, inputs 9 and 10):
 from __future__ import annotations
 
 import functools
+import io
 import json
 import logging
 import math
@@ -160,7 +161,8 @@ class StderrLogger:
     closed or failing stream loses the line, counted in ``HEALTH``; it never raises. Every level
     method is ``msg``.
 
-    A stream with a file descriptor gets the line's encoded bytes through ``os.write`` (after
+    A standard text stream (``io.TextIOWrapper``, as ``sys.stderr`` is) with a file descriptor
+    gets the line's encoded bytes through ``os.write`` (after
     flushing what the stream buffered, so the order is kept), and the count written is checked:
     CPython's text stream over a non-blocking descriptor reports success while it drops bytes
     (a full pipe: ``BlockingIOError`` swallowed, partial writes). A full non-blocking descriptor
@@ -168,8 +170,8 @@ class StderrLogger:
     still full, so a stalled reader costs one wait, not one per line); bytes still unwritten then
     are a lost line, counted (kind ``write``) and reported once by the next ``log.errors`` event
     (issue 16); a line cut after its first bytes is followed by a newline first. A
-    blocking descriptor blocks as any write to it does. A stream without a descriptor (a test's
-    ``StringIO``) gets ``write`` and ``flush``."""
+    blocking descriptor blocks as any write to it does. Any other stream (a test's ``StringIO``,
+    a host's wrapper of ``sys.stderr``) gets ``write`` and ``flush``."""
 
     def __init__(self, stream: Callable[[], Any] | None = None) -> None:
         self._stream = stream or (lambda: sys.stderr)
@@ -180,7 +182,9 @@ class StderrLogger:
             stream = self._stream()
             if stream is None:
                 raise OSError("no stream (sys.stderr is None)")
-            fd = _fileno(stream)
+            # a standard text stream over a descriptor: bytes through os.write, counted; any
+            # other object (a host's tee or wrapper) keeps its own write
+            fd = _fileno(stream) if isinstance(stream, io.TextIOWrapper) else None
             if fd is None:
                 stream.write(f"{message}\n")
                 stream.flush()
