@@ -208,7 +208,17 @@ class Feature:
             raise DeclarationError(f"{where}: live must be True or False, got {self.live!r}")
 
     def _check_ranges(self, where: str) -> None:
-        """Parse ``engine`` and ``fixed_in`` (packaging). Raises DeclarationError."""
+        """Check ``engine`` and ``fixed_in`` as packaging parses them. Raises DeclarationError.
+
+        A range written in the plain form (``plain_range``: comparisons of dotted release numbers,
+        the form every shipped feature and the engine adapter use) is valid for packaging by
+        construction, so packaging is imported only for any other text: it parses that, and
+        refuses what it refuses, here, with the same message (issue 11: the parent's activation
+        imports no version parser for plain ranges)."""
+        engine = _ENGINE.match(self.engine) if self.engine else None
+        if (not self.engine or (engine and plain_range(engine["spec"] or ""))) and \
+                plain_range(self.fixed_in):
+            return
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
         if self.engine:
@@ -260,3 +270,20 @@ class Feature:
     def option_key(self, option: Option) -> str:
         """Setting key of an option: ``<FLAG>_<OPTION>`` (``AUTOTUNE_KEEP_MAX_OLD_COPIES``)."""
         return f"{self.flag}_{option.name.upper()}"
+
+
+#: one plain comparison: ``<``, ``<=``, ``>``, ``>=``, ``==`` or ``!=`` and a release number of
+#: ASCII digits and dots (no epoch, pre-, post-, dev- or local part, no wildcard, no ``~=``)
+_PLAIN_ITEM = r"[ \t]*(?:[<>]=?|[=!]=)[ \t]*[0-9]+(?:\.[0-9]+)*[ \t]*"
+_PLAIN_RANGE = re.compile(rf"(?:{_PLAIN_ITEM}(?:,{_PLAIN_ITEM})*)?")
+
+
+def plain_range(text: str) -> bool:
+    """True when ``text`` (a version range without the distribution name, ``">=0.5.23,<0.6"``;
+    "" = any version) is in the plain form: comma-separated comparisons (``<``, ``<=``, ``>``,
+    ``>=``, ``==``, ``!=``) of release numbers made of ASCII digits and dots, spaces or tabs
+    around them. Every such text is a valid packaging ``SpecifierSet`` (a subset of PEP 440's
+    grammar; ``tests/unit/test_declare_ranges.py`` checks it against packaging), so a declaration
+    whose ranges are plain needs no version parser to be validated. False says nothing about
+    validity: packaging decides (``Feature._check_ranges``)."""
+    return _PLAIN_RANGE.fullmatch(text) is not None
