@@ -69,7 +69,31 @@ def _import_file(path: Path, source: bytes):
 
 def feature_entry_points() -> list[tuple[str, str]]:
     """``(name, value)`` of every installed entry point of group ``dsv41_flags.features``."""
-    return [(ep.name, ep.value) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    return [(ep.name, ep.value) for ep in installed_entry_points(ENTRY_POINT_GROUP)]
+
+
+def installed_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
+    """The installed entry points of ``group``: what ``importlib.metadata.entry_points(group=
+    group)`` returns (the first distribution of each name along ``sys.path``, in that order), read
+    the same way, but only the distributions whose ``entry_points.txt`` names ``group`` in a
+    section header are parsed: beside sglang, a few of the hundreds installed (issue 11: the
+    parent's scan). Every call reads the files again (a distribution installed meanwhile is seen).
+    Raises what importlib.metadata raises on an unreadable ``entry_points.txt``."""
+    header = f"[{group}]"  # importlib.metadata reads a header as the line stripped of [ and ]
+    seen: set[str] = set()
+    found: list[importlib.metadata.EntryPoint] = []
+    for dist in importlib.metadata.distributions():
+        try:  # importlib.metadata's own key for "the same distribution further along sys.path"
+            name = dist._normalized_name
+        except AttributeError:  # pragma: no cover - a Python without it: the library's own scan
+            return list(importlib.metadata.entry_points(group=group))
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and header in text:
+            found.extend(dist.entry_points.select(group=group))
+    return found
 
 
 def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, str]] = True,

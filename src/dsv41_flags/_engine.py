@@ -121,7 +121,11 @@ def adapter() -> EngineAdapter:
         eps = list(importlib.metadata.distribution(DISTRIBUTION).entry_points.select(group=ENGINE_GROUP))
     except importlib.metadata.PackageNotFoundError:
         eps = []
-    eps = sorted(eps or importlib.metadata.entry_points(group=ENGINE_GROUP), key=lambda ep: ep.name)
+    if not eps:  # any installed distribution's (read like the feature group: _discovery)
+        from ._discovery import installed_entry_points
+
+        eps = installed_entry_points(ENGINE_GROUP)
+    eps = sorted(eps, key=lambda ep: ep.name)
     if not eps:
         return NO_ENGINE
     ep = eps[0]

@@ -41,3 +41,37 @@ def test_broken_entry_point_is_named(shipped):
         "[dsv41_flags.features]\nshipped = shipped_feature:NOPE\n")
     with pytest.raises(DeclarationError, match="entry point shipped = shipped_feature:NOPE"):
         discover(None)
+
+
+# ---------------------------------------------------- the scan (issue 11: only parse what names the group)
+def _dist(root, name, entry_points):
+    info = root / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    if entry_points is not None:
+        (info / "entry_points.txt").write_text(entry_points)
+
+
+def test_scan_returns_what_importlib_metadata_returns(tmp_path, monkeypatch):
+    """Same entry points, same order as the library's own scan, for every kind of header and for a
+    distribution shadowed by one of the same name earlier on sys.path."""
+    import importlib.metadata
+
+    from dsv41_flags._discovery import ENTRY_POINT_GROUP, installed_entry_points
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "shadowed-pkg", "[console_scripts]\nx = x:main\n")  # wins: no features here
+    _dist(second, "shadowed-pkg", "[dsv41_flags.features]\nhidden = hidden:FEATURE\n")
+    _dist(second, "brackets-pkg", "[[dsv41_flags.features]]\n b = b_mod:FEATURE \n# c\n")
+    _dist(second, "spaced-pkg", "[ dsv41_flags.features ]\nnot_this = s:FEATURE\n")
+    _dist(second, "plain-pkg", "[dsv41_flags.features]\na = a_mod:FEATURES\nz = z_mod:F\n"
+                               "[dsv41_flags.features.extra]\nq = q:F\n")
+    _dist(second, "bare-pkg", None)
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    for group in (ENTRY_POINT_GROUP, "dsv41_flags.features.extra", "dsv41_flags.engines",
+                  "console_scripts"):
+        assert installed_entry_points(group) == list(importlib.metadata.entry_points(group=group))
+    names = [ep.name for ep in installed_entry_points(ENTRY_POINT_GROUP)]
+    assert "hidden" not in names and "not_this" not in names
+    assert {"a", "b", "z"} <= set(names)  # in the order of the directory listing, as the library
