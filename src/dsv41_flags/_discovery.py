@@ -154,23 +154,34 @@ def installed_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
     """The installed entry points of ``group``: what ``importlib.metadata.entry_points(group=
     group)`` returns (the first distribution of each name along ``sys.path``, in that order), read
     the same way, but only the distributions whose ``entry_points.txt`` names ``group`` in a
-    section header are parsed: beside sglang, a few of the hundreds installed (issue 11: the
-    parent's scan). Every call reads the files again (a distribution installed meanwhile is seen).
-    Raises what importlib.metadata raises on an unreadable ``entry_points.txt``."""
+    section header are parsed, and distribution names are worked out only when one does: beside
+    sglang, a few of the hundreds installed (issue 11: the parent's scan). Every call reads the
+    files again (a distribution installed meanwhile is seen). Raises what importlib.metadata
+    raises on an unreadable ``entry_points.txt`` of a distribution it would read."""
     header = f"[{group}]"  # importlib.metadata reads a header as the line stripped of [ and ]
-    seen: set[str] = set()
+    dists: list[importlib.metadata.Distribution] = []
+    names: list[str] = []  # names of dists[:len(names)], worked out on demand
+
+    def shadowed(dist) -> bool:
+        """Whether a distribution of the same name comes earlier along sys.path."""
+        while len(names) < len(dists):  # importlib.metadata's own key for "the same distribution"
+            names.append(dists[len(names)]._normalized_name)
+        return dist._normalized_name in names
+
     found: list[importlib.metadata.EntryPoint] = []
     for dist in importlib.metadata.distributions():
-        try:  # importlib.metadata's own key for "the same distribution further along sys.path"
-            name = dist._normalized_name
-        except AttributeError:  # pragma: no cover - a Python without it: the library's own scan
+        if not hasattr(dist, "_normalized_name"):  # pragma: no cover - the library's own scan
             return list(importlib.metadata.entry_points(group=group))
-        if name in seen:
-            continue
-        seen.add(name)
-        text = dist.read_text("entry_points.txt")
-        if text and header in text:
+        try:
+            text = dist.read_text("entry_points.txt")
+        except Exception:  # the library never reads a shadowed distribution's file
+            if shadowed(dist):
+                dists.append(dist)
+                continue
+            raise
+        if text and header in text and not shadowed(dist):
             found.extend(dist.entry_points.select(group=group))
+        dists.append(dist)
     return found
 
 

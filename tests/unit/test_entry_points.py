@@ -75,3 +75,28 @@ def test_scan_returns_what_importlib_metadata_returns(tmp_path, monkeypatch):
     names = [ep.name for ep in installed_entry_points(ENTRY_POINT_GROUP)]
     assert "hidden" not in names and "not_this" not in names
     assert {"a", "b", "z"} <= set(names)  # in the order of the directory listing, as the library
+
+
+def test_scan_reads_a_broken_file_only_where_the_library_would(tmp_path, monkeypatch):
+    """A shadowed distribution's unreadable entry_points.txt is ignored (the library never reads
+    it); an unshadowed one fails the way the library fails."""
+    import importlib.metadata
+
+    from dsv41_flags._discovery import ENTRY_POINT_GROUP, installed_entry_points
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "twice-pkg", "[dsv41_flags.features]\nok = ok_mod:FEATURE\n")
+    _dist(second, "twice-pkg", None)
+    (second / "twice_pkg-1.0.dist-info" / "entry_points.txt").write_bytes(b"[x]\n\xff\xfe = y\n")
+    monkeypatch.syspath_prepend(str(second))
+    monkeypatch.syspath_prepend(str(first))
+    assert installed_entry_points(ENTRY_POINT_GROUP) == \
+        list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    assert "ok" in [ep.name for ep in installed_entry_points(ENTRY_POINT_GROUP)]
+    _dist(tmp_path / "third", "broken-pkg", None)
+    (tmp_path / "third" / "broken_pkg-1.0.dist-info" / "entry_points.txt").write_bytes(b"\xff\xfe")
+    monkeypatch.syspath_prepend(str(tmp_path / "third"))
+    with pytest.raises(UnicodeDecodeError):
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    with pytest.raises(UnicodeDecodeError):
+        installed_entry_points(ENTRY_POINT_GROUP)
