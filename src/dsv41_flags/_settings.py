@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -81,8 +80,15 @@ class _Bom(ValueError):
 
 def read_toml(path: Path) -> dict:
     """Parse the settings file ``path``: read with ``_files.read_regular`` (never blocks on a FIFO
-    or a device, at most ``SETTINGS_MAX_BYTES``), UTF-8 without BOM, TOML (tomllib). Raises
-    FileRefused, UnicodeDecodeError, ``_Bom``, or whatever tomllib raises."""
+    or a device, at most ``SETTINGS_MAX_BYTES``), UTF-8 without BOM, TOML: parsed by the parser
+    Dynaconf loads the file with (its ``tomllib``, already imported with Dynaconf: the check
+    accepts what the load reads, and the parent imports no second TOML parser). Raises
+    FileRefused, UnicodeDecodeError, ``_Bom``, or whatever that parser raises."""
+    try:
+        from dynaconf.vendor import tomllib
+    except ImportError:  # pragma: no cover - a Dynaconf without it: the standard library's
+        import tomllib
+
     text = read_regular(path, SETTINGS_MAX_BYTES)
     if text.startswith(b"\xef\xbb\xbf"):
         raise _Bom(str(path))
