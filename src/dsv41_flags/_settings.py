@@ -13,6 +13,7 @@ Default settings search (first that applies):
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -305,11 +306,13 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     return settings, profile, profiles, tuple(notes)
 
 
+@functools.cache
 def _files_only_settings():
     """Dynaconf's ``Settings`` class, blind to the process environment: its ``environ`` (read for
     Dynaconf's own ``*_FOR_DYNACONF`` variables) is empty and its settings file is the one passed,
     never ``SETTINGS_FILE_FOR_DYNACONF``. With ``LOADERS_FOR_DYNACONF=[]`` (no env loader) it loads
-    the TOML files alone and never reads, writes or swaps ``os.environ``."""
+    the TOML files alone and never reads, writes or swaps ``os.environ``. Its ``toml_history`` is
+    Dynaconf's ``get_history`` of the TOML layers, read once (see ``_toml_entries``)."""
     from dynaconf.base import Settings
 
     class FilesOnlySettings(Settings):
@@ -323,7 +326,38 @@ def _files_only_settings():
         def settings_module(self):
             return self.SETTINGS_FILE_FOR_DYNACONF
 
+        @functools.cached_property  # kept in the instance's __dict__, never a Dynaconf key
+        def toml_history(self) -> tuple[dict, ...]:
+            """Dynaconf's ``get_history`` entries of loader ``toml``, in loading order (lowest
+            precedence first): ``{"identifier": file, "env": section, "value": {KEY: value}}``."""
+            from dynaconf.utils.inspect import get_history
+
+            return tuple(e for e in get_history(self) if e["loader"] == "toml")
+
     return FilesOnlySettings
+
+
+def _toml_entries(settings, key: str | None = None) -> list[dict]:
+    """Dynaconf's ``get_history`` entries of loader ``toml`` (``identifier``, ``env``, ``value``),
+    lowest precedence first: every layer, or, for ``key``, the layers that set it with ``value``
+    its value there. Settings from ``load`` read Dynaconf's history once per load and look a plain
+    upper-case key up in each layer (what ``get_history(settings, key=...)`` finds: Dynaconf keeps
+    top-level keys upper-case, and a key set in two cases is refused before loading); other
+    settings, or a key Dynaconf would split (``__``, ``.``), go through ``get_history(settings,
+    key=...)`` itself (issue 11: one history read instead of one per key)."""
+    cached = isinstance(getattr(type(settings), "toml_history", None), functools.cached_property)
+    if key is None and cached:
+        return list(settings.toml_history)
+    if key is not None and cached and key.isupper() and "__" not in key and "." not in key:
+        return [{**entry, "value": entry["value"][key]} for entry in settings.toml_history
+                if isinstance(entry["value"], dict) and key in entry["value"]]
+    from dynaconf.utils.inspect import get_history
+
+    try:
+        entries = get_history(settings, key=key) if key is not None else get_history(settings)
+    except Exception:  # key never set
+        entries = []
+    return [e for e in entries if e["loader"] == "toml"]
 
 
 def _dynaconf(profile: str, files: list[Path]):
@@ -347,16 +381,9 @@ def _dynaconf(profile: str, files: list[Path]):
 def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
     """``[(source, raw)]`` for ``key``, lowest precedence first: the files' values from Dynaconf's
     history, then ``DSV41_<KEY>`` from ``environ`` (raw text) when set."""
-    from dynaconf.utils.inspect import get_history
-
     out = []
-    try:
-        entries = get_history(settings, key=key)
-    except Exception:  # key never set
-        entries = []
-    for entry in entries:
-        if entry["loader"] == "toml":
-            out.append((f"{entry['identifier']} [{entry['env']}]", entry["value"]))
+    for entry in _toml_entries(settings, key):
+        out.append((f"{entry['identifier']} [{entry['env']}]", entry["value"]))
     var = ENV_PREFIX + key
     if var in environ:  # the variable layer: highest precedence, its raw text
         out.append((f"env {var}", environ[var]))
@@ -516,15 +543,10 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
     Each of ``prefixes``, ``volatile``, ``volatile_argv`` must be a TOML list of non-empty strings
     (a bare string is refused: ``volatile = "SGLANG_RUN_ID"`` would silently volatilise nothing);
     profiles add to ``[default]``'s lists. Problems name the file [section] that set the value."""
-    from dynaconf.utils.inspect import get_history
-
     out: dict[str, Any] = dict(FINGERPRINT_DEFAULTS)
     sources: dict[str, str] = {}
     prefix_sources: dict[str, str] = {}
-    try:
-        history = [e for e in get_history(settings, key="FINGERPRINT") if e["loader"] == "toml"]
-    except Exception:
-        history = []
+    history = _toml_entries(settings, "FINGERPRINT")
     accepted = "a list of non-empty strings, e.g. [\"SGLANG_RUN_ID\"]"
     ok = True
     for entry in history:
@@ -561,8 +583,6 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
 
 def _unknown_keys(settings, known: set[str], external: set[str], environ: Mapping[str, str],
                   strict: bool, features_origin: str = "") -> list[Problem]:
-    from dynaconf.utils.inspect import get_history
-
     severity = "error" if strict else "warning"
     tail = (f" ({features_origin})" if features_origin else "") + \
         (" (an error because strict mode is on)" if strict else "")
@@ -595,8 +615,8 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                                     f"and is not read (variable names are case-sensitive)"
                                     f"{suggest(name.upper(), env_known)}{tail}", severity))
     seen = set()
-    for entry in get_history(settings):
-        if entry["loader"] != "toml" or not isinstance(entry["value"], dict):
+    for entry in _toml_entries(settings):
+        if not isinstance(entry["value"], dict):
             continue
         for key in entry["value"]:
             upper = key.upper()
