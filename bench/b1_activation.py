@@ -104,6 +104,33 @@ import json
 print(json.dumps({"t": t1 - t0}))
 """
 CLI_FLOOR = "import dynaconf, structlog, wrapt, typer"
+#: where the parent's time above its floor goes: the framework's functions wrapped with timers
+PARENT_PARTS = """
+import sys, os, time, json
+sys.stderr = open(os.devnull, "w")
+import dynaconf, structlog, wrapt
+t0 = time.perf_counter()
+import dsv41_flags
+import dsv41_flags._runtime as R, dsv41_flags._discovery as D, dsv41_flags._settings as S
+t1 = time.perf_counter()
+spent = {}
+""" + TIMED_SRC + """
+timed(S, "find_settings_files", "activate: settings search (+ TOML check)")
+timed(S, "load", "activate: Dynaconf load (+ profiles scan)")
+timed(S, "reserved_settings", "activate: reserved settings")
+timed(S, "resolve", "activate: resolution with provenance")
+timed(R, "discover", "activate: discovery")
+timed(D, "installed_entry_points", "  discovery: entry-point scan")
+timed(D, "_import_file", "  discovery: feature modules (features/*.py)")
+timed(R, "compute", "activate: fingerprint")
+timed(R.Runtime, "arm", "activate: arm (post-import hooks)")
+t2 = time.perf_counter()
+dsv41_flags.activate()
+spent["activate() total"] = time.perf_counter() - t2
+spent["import dsv41_flags (framework modules)"] = t1 - t0
+spent["packaging imported"] = float(any(m.startswith("packaging") for m in sys.modules))
+print(json.dumps(spent))
+"""
 
 
 def alternate(a, b, reps: int) -> tuple[list, list]:
@@ -132,7 +159,10 @@ def parent(reps: int) -> tuple[list[dict], dict]:
             goal=f"<= floor + {GOAL_PARENT_MS:g} ms (info)", met=w_on - w_floor <= GOAL_PARENT_MS,
             n=reps, note=f"ranges {spread([w for w, _ in on], 1e3)} vs {spread([w for w, _ in floor], 1e3)} ms"),
     ]
-    return rows, {"parent_ms": t_on, "floor_ms": t_floor}
+    parts = [python(PARENT_PARTS, env)[1] for _ in range(max(3, reps // 2))]
+    breakdown = {k: round(med([p.get(k, 0.0) for p in parts]) * (1 if k == "packaging imported" else 1e3), 2)
+                 for k in parts[0]}
+    return rows, {"parent_ms": t_on, "floor_ms": t_floor, **breakdown}
 
 
 def cli(reps: int) -> tuple[list[dict], dict]:
@@ -245,7 +275,7 @@ timed(R, "_read_snapshot", "snapshot JSON decode")
 timed(R.Resolution, "from_dict", "Resolution.from_dict", staticmethod)
 timed(R, "configure", "structlog configure")
 timed(R, "discover", "discover")
-timed(importlib.metadata, "entry_points", "  discover: entry-point scan (importlib.metadata)")
+timed(D, "installed_entry_points", "  discover: entry-point scan (importlib.metadata)")
 timed(D, "_import_file", "  discover: feature modules (features/*.py)")
 timed(R.Runtime, "report", "flags.resolved payload (report)")
 timed(R.Runtime, "arm", "arm (post-import hooks)")
