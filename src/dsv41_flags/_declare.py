@@ -275,7 +275,8 @@ class Feature:
 #: one plain comparison: ``<``, ``<=``, ``>``, ``>=``, ``==`` or ``!=`` and a release number of
 #: ASCII digits and dots (no epoch, pre-, post-, dev- or local part, no wildcard, no ``~=``)
 _PLAIN_ITEM = r"[ \t]*(?:[<>]=?|[=!]=)[ \t]*[0-9]+(?:\.[0-9]+)*[ \t]*"
-_PLAIN_RANGE = re.compile(rf"(?:{_PLAIN_ITEM}(?:,{_PLAIN_ITEM})*)?")
+#: compiled on first use (``re``'s cache): a child re-reading checked declarations never needs it
+_PLAIN_RANGE = rf"(?:{_PLAIN_ITEM}(?:,{_PLAIN_ITEM})*)?"
 
 
 def plain_range(text: str) -> bool:
@@ -286,4 +287,4 @@ def plain_range(text: str) -> bool:
     grammar; ``tests/unit/test_declare_ranges.py`` checks it against packaging), so a declaration
     whose ranges are plain needs no version parser to be validated. False says nothing about
     validity: packaging decides (``Feature._check_ranges``)."""
-    return _PLAIN_RANGE.fullmatch(text) is not None
+    return re.fullmatch(_PLAIN_RANGE, text) is not None

@@ -432,20 +432,24 @@ def _literal(path: str, section: str, key: str) -> str | None:
         lines = read_regular(path, SETTINGS_MAX_BYTES).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
+    header, keyline = _line_patterns()
     current = None
     for line in lines:
-        head = _HEADER.match(line)
+        head = header.match(line)
         if head:
             current = head.group(1).strip().strip("\"'").lower()
             continue
-        m = _KEYLINE.match(line)
+        m = keyline.match(line)
         if m and current == section.lower() and m.group(2).lower() == key.lower():
             return m.group(3)
     return None
 
 
-_HEADER = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
-_KEYLINE = re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?)\s*(#.*)?$""")
+@functools.cache
+def _line_patterns() -> tuple[re.Pattern, re.Pattern]:
+    """``(section header, key = value line)`` patterns of ``_literal``, compiled on first use."""
+    return (re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$"),
+            re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?)\s*(#.*)?$"""))
 
 
 def reserved_caster(key: str):
