@@ -170,7 +170,7 @@ def installed_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
 
     found: list[importlib.metadata.EntryPoint] = []
     for dist in importlib.metadata.distributions():
-        if not hasattr(dist, "_normalized_name"):  # pragma: no cover - the library's own scan
+        if not hasattr(type(dist), "_normalized_name"):  # pragma: no cover - the library's scan
             return list(importlib.metadata.entry_points(group=group))
         try:
             text = dist.read_text("entry_points.txt")
@@ -212,7 +212,7 @@ def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, st
     features: list[Feature] = []
     if sources is None and features_dir is not None and features_dir.is_dir():
         sources = {}
-        for path in sorted(features_dir.glob("*.py")):
+        for path in sorted(p for p in features_dir.iterdir() if p.name.endswith(".py")):  # *.py
             if not path.name.startswith("_"):
                 try:  # a regular file directly in the directory: no FIFO, device or symlink
                     data = read_regular(path, FEATURE_MAX_BYTES, follow_symlinks=False)
