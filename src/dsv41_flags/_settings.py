@@ -343,14 +343,16 @@ def _toml_entries(settings, key: str | None = None) -> list[dict]:
     its value there. Settings from ``load`` read Dynaconf's history once per load and look a plain
     upper-case key up in each layer (what ``get_history(settings, key=...)`` finds: Dynaconf keeps
     top-level keys upper-case, and a key set in two cases is refused before loading); other
-    settings, or a key Dynaconf would split (``__``, ``.``), go through ``get_history(settings,
-    key=...)`` itself (issue 11: one history read instead of one per key)."""
+    settings, a key Dynaconf would split (``__``, ``.``), or layers with a key Dynaconf matches
+    loosely (``"a b"`` for ``A_B``) go through ``get_history(settings, key=...)`` itself (issue 11:
+    one history read instead of one per key)."""
     cached = isinstance(getattr(type(settings), "toml_history", None), functools.cached_property)
     if key is None and cached:
         return list(settings.toml_history)
     if key is not None and cached and key.isupper() and "__" not in key and "." not in key:
-        return [{**entry, "value": entry["value"][key]} for entry in settings.toml_history
-                if isinstance(entry["value"], dict) and key in entry["value"]]
+        layers = [e for e in settings.toml_history if isinstance(e["value"], dict)]
+        if not any(" " in k for e in layers for k in e["value"] if isinstance(k, str)):
+            return [{**e, "value": e["value"][key]} for e in layers if key in e["value"]]
     from dynaconf.utils.inspect import get_history
 
     try:

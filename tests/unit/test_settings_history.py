@@ -12,6 +12,7 @@ autotune_keep_keep_old = 3
 when = 1979-05-27T07:32:00Z
 external = ["DSV41_LAUNCHER"]
 nested = { a = 1, b = { c = "x" } }
+"spaced key" = 2
 [default.fingerprint]
 volatile = ["SGLANG_RUN_ID"]
 prefixes = ["SPARK_"]
@@ -31,7 +32,7 @@ prefixes = ["B12X_"]
 """
 KEYS = ["FOLDED_FENCE", "AUTOTUNE_KEEP", "AUTOTUNE_KEEP_KEEP_OLD", "WHEN", "EXTERNAL", "NESTED",
         "FINGERPRINT", "EMPTY_TABLE", "NOT_SET", "STRICT", "NESTED__A", "NESTED.B", "folded_fence",
-        "Folded_Fence"]
+        "Folded_Fence", "SPACED_KEY", "SPACED KEY"]
 
 
 def _per_key(settings, key):
@@ -42,9 +43,10 @@ def _per_key(settings, key):
     return [e for e in entries if e["loader"] == "toml"]
 
 
+@pytest.mark.parametrize("spaced", [False, True])
 @pytest.mark.parametrize("profile", ["default", "tp3", "tp4"])
-def test_one_history_read_gives_what_each_per_key_read_gives(tmp_path, profile):
-    (tmp_path / "settings.toml").write_text(MAIN)
+def test_one_history_read_gives_what_each_per_key_read_gives(tmp_path, profile, spaced):
+    (tmp_path / "settings.toml").write_text(MAIN if spaced else MAIN.replace('"spaced key"', "spaced_key"))
     (tmp_path / "settings.local.toml").write_text(LOCAL)
     files, _ = find_settings_files([tmp_path / "settings.toml"], {}, tmp_path)
     settings, *_ = load(files, profile, {})
