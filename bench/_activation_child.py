@@ -11,9 +11,13 @@ import time
 
 #: what a real sglang scheduler process has imported before ``load_plugins()`` runs (DESIGN.md:
 #: asyncio, inspect, logging, importlib.metadata, rich.console, attr, pygments; not rich.traceback
-#: or rich.pretty, which structlog pulls in)
+#: or rich.pretty, which structlog pulls in), plus ``hashlib``: the one other module a child
+#: activation imports, which sglang's scheduler module has imported long before (torch and sglang
+#: hash everywhere). tests/engine/test_bench_base.py imports ``sglang.srt.managers.scheduler`` in a
+#: fresh interpreter and checks that every name here is imported there and that the floor's
+#: libraries (structlog, wrapt) are not.
 ENGINE_BASE = ("asyncio", "inspect", "typing", "logging", "importlib.metadata", "rich.console",
-               "attr", "pygments")
+               "attr", "pygments", "hashlib")
 #: the floor: the libraries a child activation must use (structlog, with what it pulls when rich
 #: is installed, and wrapt), nothing of the framework
 FLOOR = ("structlog", "wrapt")

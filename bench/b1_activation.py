@@ -2,7 +2,7 @@
 
 (a) Child: a ``spawn`` child that has imported what a real sglang scheduler imports before
     ``load_plugins()`` (asyncio, inspect, typing, logging, importlib.metadata, rich.console,
-    attr, pygments) runs ``import dsv41_flags; activate()`` from the parent's ``DSV41_SNAPSHOT``
+    attr, pygments, hashlib: each checked against a real scheduler by tests/engine) runs ``import dsv41_flags; activate()`` from the parent's ``DSV41_SNAPSHOT``
     (both seed features armed). Floor: the same child importing only the libraries a child
     activation must use (structlog, with what it pulls, and wrapt). Goal: floor + 5 ms. The same
     child without either is reported too (in-child perf_counter and whole-process wall).
@@ -25,6 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (BENCH, CLI, FEATURES_DIR, PY, SETTINGS, TIMED_SRC, clean_env, command,  # noqa: E402
                      main, med, python, row, spread)
+from _activation_child import ENGINE_BASE  # noqa: E402
+
+#: the engine base as one import statement, for the diagnostics' child scripts
+BASE_IMPORT = "import " + ", ".join(ENGINE_BASE)
 
 ARMED = {"DSV41_FOLDED_FENCE": "1", "DSV41_AUTOTUNE_KEEP": "1"}
 LAUNCH_ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/models/x", "--tp", "4",
@@ -264,17 +268,16 @@ def bare(env: dict, reps: int) -> tuple[list[dict], dict]:
 BREAKDOWN = """
 import sys, os, time, json
 sys.stderr = open(os.devnull, "w")
-import asyncio, inspect, typing, logging, importlib.metadata, rich.console, attr, pygments
+""" + BASE_IMPORT + """
 t0 = time.perf_counter()
 import dsv41_flags
 import dsv41_flags._runtime as R, dsv41_flags._discovery as D
 t1 = time.perf_counter()
 spent = {}  # in the order wrapped below (0.0 when a part did not run)
 """ + TIMED_SRC + """
-timed(R, "_read_snapshot", "snapshot JSON decode")
-timed(R.Resolution, "from_dict", "Resolution.from_dict", staticmethod)
+timed(R, "read_snapshot", "snapshot read (decode, verify, materialize)")
 timed(R, "configure", "structlog configure")
-timed(R, "discover", "discover")
+timed(D, "discover", "  snapshot read: discover (the launch's feature files)")
 timed(D, "installed_entry_points", "  discover: entry-point scan (importlib.metadata)")
 timed(D, "_import_file", "  discover: feature modules (features/*.py)")
 timed(R.Runtime, "report", "flags.resolved payload (report)")
@@ -290,14 +293,14 @@ print(json.dumps(spent))
 IMPORTTIME = """
 import sys, os
 sys.stderr = open(os.devnull, "w")
-import asyncio, inspect, typing, logging, importlib.metadata, rich.console, attr, pygments
+""" + BASE_IMPORT + """
 os.write(2, b"--- dsv41_flags ---\\n")
 import dsv41_flags
 """
 
 ALONE_CODE = """
 import sys, os, time, json, importlib
-import asyncio, inspect, typing, logging, importlib.metadata, rich.console, attr, pygments
+""" + BASE_IMPORT + """
 t0 = time.perf_counter()
 for name in {names!r}:
     importlib.import_module(name)
@@ -307,7 +310,7 @@ print(json.dumps({{"t": time.perf_counter() - t0}}))
 WHATIF = """
 import sys, os, time, json
 sys.stderr = open(os.devnull, "w")
-import asyncio, inspect, typing, logging, importlib.metadata, rich.console, attr, pygments
+""" + BASE_IMPORT + """
 for name in {hide!r}:
     sys.modules[name] = None
 t0 = time.perf_counter()

@@ -196,7 +196,7 @@ def main() -> int:
         return 1
     samples = json.loads(proc.stdout.strip().splitlines()[-1])
 
-    from dsv41_flags._declare import Require
+    from dsv41_flags._requires import Require
     from dsv41_flags._static import Checker
 
     checker = Checker()

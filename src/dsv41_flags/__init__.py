@@ -9,17 +9,27 @@ an implementation detail.
 """
 from __future__ import annotations
 
-from ._declare import Feature, Option
-from ._activation import activate, runtime
-from ._errors import (ActivationError, DeclarationError, DriftError, FlagsError, Problem,
-                      SettingsError, SnapshotError)
-from ._files import read_regular
-from ._fingerprint import (Fingerprint, Sidecar, SymlinkRefused, clean_stale_temps,
-                           read_sidecar, sidecar_path, write_sidecar)
-from ._fingerprint import diff as payload_diff, matches as sidecar_matches
-from ._live import NotLiveError, SwitchError, Toggle
-from ._patch import InstallContext
-from ._runtime import FeatureState, Runtime
+from typing import TYPE_CHECKING
+
+#: public name -> the module that defines it. Imported on first use (PEP 562 ``__getattr__``), so
+#: ``import dsv41_flags`` costs nothing and a process pays only for what it uses: a child that
+#: activates from the snapshot never loads the settings, drift, live-switch or patch rooms until a
+#: target is imported (see README "Layout").
+_EXPORTS: dict[str, str] = {
+    "Feature": "_declare", "Option": "_declare",
+    "activate": "_activation", "runtime": "_activation",
+    "Runtime": "_runtime", "FeatureState": "_runtime",
+    "InstallContext": "_patch",
+    "FlagsError": "_errors", "DeclarationError": "_errors", "SettingsError": "_errors",
+    "DriftError": "_errors", "SnapshotError": "_errors", "ActivationError": "_errors",
+    "Problem": "_errors",
+    "Fingerprint": "_fingerprint",
+    "Sidecar": "_sidecar", "read_sidecar": "_sidecar", "write_sidecar": "_sidecar",
+    "sidecar_path": "_sidecar", "sidecar_matches": "_sidecar:matches", "payload_diff": "_sidecar:diff",
+    "clean_stale_temps": "_sidecar", "SymlinkRefused": "_sidecar",
+    "read_regular": "_files",
+    "SwitchError": "_live", "NotLiveError": "_live", "Toggle": "_live",
+}
 
 __all__ = ["Feature", "Option", "activate", "runtime", "Runtime", "FeatureState", "InstallContext",
            "FlagsError", "DeclarationError", "SettingsError", "DriftError", "SnapshotError",
@@ -27,6 +37,39 @@ __all__ = ["Feature", "Option", "activate", "runtime", "Runtime", "FeatureState"
            "Fingerprint", "Sidecar", "read_sidecar", "write_sidecar", "sidecar_path", "sidecar_matches",
            "payload_diff", "clean_stale_temps", "SymlinkRefused", "read_regular",
            "SwitchError", "NotLiveError", "Toggle", "switch_engine", "engine_status"]
+
+if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see)
+    from ._activation import activate, runtime
+    from ._declare import Feature, Option
+    from ._errors import (ActivationError, DeclarationError, DriftError, FlagsError, Problem,
+                          SettingsError, SnapshotError)
+    from ._files import read_regular
+    from ._fingerprint import Fingerprint
+    from ._sidecar import (Sidecar, SymlinkRefused, clean_stale_temps, read_sidecar, sidecar_path,
+                           write_sidecar)
+    from ._sidecar import diff as payload_diff, matches as sidecar_matches
+    from ._live import NotLiveError, SwitchError, Toggle
+    from ._patch import InstallContext
+    from ._runtime import FeatureState, Runtime
+
+
+def __getattr__(name: str):
+    """The public name ``name``, imported from its module on first use and then kept in this
+    module's namespace. Raises AttributeError for a name that is not public."""
+    where = _EXPORTS.get(name)
+    if where is None:
+        raise AttributeError(f"module 'dsv41_flags' has no attribute {name!r}")
+    import importlib
+
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Module attributes plus every public name (``__all__``)."""
+    return sorted(set(globals()) | set(__all__))
 
 
 def switch_engine(engine, name: str, value, *, requested_by: str = "python", timeout_s: float = 60.0) -> dict:

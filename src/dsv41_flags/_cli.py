@@ -18,7 +18,8 @@ from typer.core import TyperArgument, TyperGroup
 from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
 from ._names import RESERVED, suggest
-from ._fingerprint import compute, diff as payload_diff, prefix_sources, read_sidecar, write_sidecar
+from ._fingerprint import compute, prefix_sources
+from ._sidecar import diff as payload_diff, read_sidecar, write_sidecar
 from ._launch import Launch
 from ._runtime import Runtime, resolve_launch
 from ._settings import _jsonable

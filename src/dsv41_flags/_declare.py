@@ -12,19 +12,18 @@ from ._names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
 from ._values import KINDS, CastError, cast
 
 if TYPE_CHECKING:  # pragma: no cover
-    from packaging.specifiers import SpecifierSet
-
     from ._patch import InstallContext
+    from ._requires import EngineRange, Require
 
 #: True while discovery re-executes declarations that the launching process already checked (a
-#: child importing the snapshot's verified feature files): their version ranges are not parsed
-#: again, so a child imports no version parser until a target's install checks the version
+#: child importing the snapshot's verified feature files): their version ranges and ``requires``
+#: are not parsed again (the parsed forms live in ``_requires``), so a child imports no version
+#: parser until a target's install checks the version and parses ``requires`` for its drift check
 CHECKED_BY_LAUNCH: ContextVar[bool] = ContextVar("dsv41_checked_by_launch", default=False)
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_ENGINE = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
-_REQUIRE = re.compile(r"^(?P<path>[A-Za-z_][A-Za-z0-9_.]*?)(\((?P<params>[A-Za-z0-9_,\s]*)\))?$")
+_NAME = r"^[a-z][a-z0-9_]*$"  # patterns compiled on first use (``re``'s cache): a child skips them
+#: a dotted Python name (``pkg.module``, ``Cls.attr``): targets here, ``requires`` paths in ``_requires``
+DOTTED_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 
 def default_range() -> str:
@@ -58,7 +57,7 @@ class Option:
     help: str = ""
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not CHECKED_BY_LAUNCH.get() and not re.fullmatch(_NAME, self.name):
             raise DeclarationError(f"option name {self.name!r} is not a lower-case identifier")
         if self.kind not in KINDS:
             raise DeclarationError(f"option {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
@@ -73,48 +72,6 @@ class Option:
     def cast(self, raw: Any) -> Any:
         """Cast a raw value by this option's kind and bounds. Raises CastError."""
         return cast(self.kind, raw, minimum=self.minimum, maximum=self.maximum, choices=self.choices)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineRange:
-    """A feature's engine: distribution ``name`` and version ``specifier`` (packaging
-    SpecifierSet), parsed from ``"sglang>=0.5.23,<0.6"``. Raises ValueError / InvalidSpecifier."""
-
-    name: str
-    specifier: SpecifierSet
-
-    @classmethod
-    def parse(cls, text: str) -> "EngineRange":
-        """Parse ``"name<spec>"``. Raises ValueError (no name) or InvalidSpecifier (bad range)."""
-        from packaging.specifiers import SpecifierSet
-
-        m = _ENGINE.match(text)
-        if not m:
-            raise ValueError("expected a distribution name followed by a version range")
-        return cls(m["name"], SpecifierSet(m["spec"] or ""))
-
-
-@dataclass(frozen=True, slots=True)
-class Require:
-    """One parsed ``requires`` entry: a dotted path on the target and optional keyword parameters.
-
-    ``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"`` -> path
-    ``("TargetVerifyExecutor", "accept_and_finalize")``, params ``("folded_accept",)``.
-    """
-
-    text: str
-    path: tuple[str, ...]
-    params: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> "Require":
-        """Parse a requires entry. Raises DeclarationError when it is malformed."""
-        m = _REQUIRE.match(text.strip())
-        if not m or not _DOTTED.match(m["path"]):
-            raise DeclarationError(
-                f"requires entry {text!r} is not 'Name.attr' or 'Name.func(param, ...)'")
-        params = tuple(p.strip() for p in (m["params"] or "").split(",") if p.strip())
-        return cls(text=text.strip(), path=tuple(m["path"].split(".")), params=params)
 
 
 @dataclass(frozen=True)
@@ -172,9 +129,10 @@ class Feature:
 
     def __post_init__(self) -> None:
         where = f"feature {self.name!r}" + (f" ({self.source})" if self.source else "")
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
+        checked = CHECKED_BY_LAUNCH.get()  # the launch checked these bytes: keys are cross-checked
+        if not isinstance(self.name, str) or not (checked or re.fullmatch(_NAME, self.name)):
             raise DeclarationError(f"{where}: name must be a lower-case identifier like 'folded_fence'")
-        if not isinstance(self.target, str) or not _DOTTED.match(self.target):
+        if not isinstance(self.target, str) or not (checked or re.fullmatch(DOTTED_NAME, self.target)):
             raise DeclarationError(f"{where}: target {self.target!r} is not a dotted module name")
         if not callable(self.install):
             raise DeclarationError(f"{where}: install {self.install!r} is not callable")
@@ -185,11 +143,6 @@ class Feature:
                         else f": write it as a tuple, ({value!r},)" if isinstance(value, str) else "")
                 raise DeclarationError(f"{where}: {attr} must be a tuple, got "
                                        f"{type(value).__name__} {value!r}{hint}")
-        try:
-            for text in self.requires:
-                Require.parse(text)
-        except DeclarationError as exc:
-            raise DeclarationError(f"{where}: {exc}") from None
         for attr in ("engine", "fixed_in"):  # cheap, so checked in children too
             value = getattr(self, attr)
             if not isinstance(value, str):
@@ -197,8 +150,8 @@ class Feature:
                     f"{where}: {attr} must be a str, got {type(value).__name__} {value!r} (write "
                     f'{attr}="" for ' + ("no engine: no version check" if attr == "engine"
                                          else "no upstream fix") + ")")
-        if not CHECKED_BY_LAUNCH.get():
-            self._check_ranges(where)
+        if not checked:
+            self._check_parsed(where)
         names = [o.name for o in self.options]
         if len(set(names)) != len(names):
             raise DeclarationError(f"{where}: duplicate option names in {names}")
@@ -207,17 +160,23 @@ class Feature:
         if not isinstance(self.live, bool):
             raise DeclarationError(f"{where}: live must be True or False, got {self.live!r}")
 
-    def _check_ranges(self, where: str) -> None:
-        """Check ``engine`` and ``fixed_in`` as packaging parses them. Raises DeclarationError.
+    def _check_parsed(self, where: str) -> None:
+        """Parse ``requires`` (``_requires``) and check ``engine`` and ``fixed_in`` as packaging
+        parses them. Raises DeclarationError.
 
-        A range written in the plain form (``plain_range``: comparisons of dotted release numbers,
-        the form every shipped feature and the engine adapter use) is valid for packaging by
-        construction, so packaging is imported only for any other text: it parses that, and
+        A range in the plain form (``_requires.plain_range``: comparisons of dotted release
+        numbers, the form every shipped feature and the engine adapter use) is valid for packaging
+        by construction, so packaging is imported only for any other text: it parses that, and
         refuses what it refuses, here, with the same message (issue 11: the parent's activation
         imports no version parser for plain ranges)."""
-        engine = _ENGINE.match(self.engine) if self.engine else None
-        if (not self.engine or (engine and plain_range(engine["spec"] or ""))) and \
-                plain_range(self.fixed_in):
+        from ._requires import EngineRange, Require, plain_engine_range, plain_range
+
+        try:
+            for text in self.requires:
+                Require.parse(text)
+        except DeclarationError as exc:
+            raise DeclarationError(f"{where}: {exc}") from None
+        if (not self.engine or plain_engine_range(self.engine)) and plain_range(self.fixed_in):
             return
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -252,12 +211,17 @@ class Feature:
 
     @property
     def engine_requirement(self) -> "EngineRange":
-        """The parsed ``engine`` range (distribution ``name`` + ``specifier``)."""
+        """The parsed ``engine`` range (distribution ``name`` + ``specifier``). Raises ValueError /
+        packaging's InvalidSpecifier for a range that was never checked (see ``_requires``)."""
+        from ._requires import EngineRange
+
         return EngineRange.parse(self.engine)
 
     @property
     def parsed_requires(self) -> tuple[Require, ...]:
-        """``requires`` parsed into Require objects."""
+        """``requires`` parsed into Require objects. Raises DeclarationError on a malformed entry."""
+        from ._requires import Require
+
         return tuple(Require.parse(t) for t in self.requires)
 
     def keys(self) -> dict[str, Option | None]:
@@ -270,21 +234,3 @@ class Feature:
     def option_key(self, option: Option) -> str:
         """Setting key of an option: ``<FLAG>_<OPTION>`` (``AUTOTUNE_KEEP_MAX_OLD_COPIES``)."""
         return f"{self.flag}_{option.name.upper()}"
-
-
-#: one plain comparison: ``<``, ``<=``, ``>``, ``>=``, ``==`` or ``!=`` and a release number of
-#: ASCII digits and dots (no epoch, pre-, post-, dev- or local part, no wildcard, no ``~=``)
-_PLAIN_ITEM = r"[ \t]*(?:[<>]=?|[=!]=)[ \t]*[0-9]+(?:\.[0-9]+)*[ \t]*"
-#: compiled on first use (``re``'s cache): a child re-reading checked declarations never needs it
-_PLAIN_RANGE = rf"(?:{_PLAIN_ITEM}(?:,{_PLAIN_ITEM})*)?"
-
-
-def plain_range(text: str) -> bool:
-    """True when ``text`` (a version range without the distribution name, ``">=0.5.23,<0.6"``;
-    "" = any version) is in the plain form: comma-separated comparisons (``<``, ``<=``, ``>``,
-    ``>=``, ``==``, ``!=``) of release numbers made of ASCII digits and dots, spaces or tabs
-    around them. Every such text is a valid packaging ``SpecifierSet`` (a subset of PEP 440's
-    grammar; ``tests/unit/test_declare_ranges.py`` checks it against packaging), so a declaration
-    whose ranges are plain needs no version parser to be validated. False says nothing about
-    validity: packaging decides (``Feature._check_ranges``)."""
-    return re.fullmatch(_PLAIN_RANGE, text) is not None

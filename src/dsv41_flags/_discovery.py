@@ -16,6 +16,7 @@ import types
 from pathlib import Path
 from typing import Sequence
 
+from ._bytecode import code_of
 from ._declare import CHECKED_BY_LAUNCH, Feature
 from ._names import RESERVED_KEYS, suggest
 from ._errors import DeclarationError
@@ -44,7 +45,8 @@ def _features_of(obj, origin: str, sha256: str = "") -> list[Feature]:
 
 def _import_file(path: Path, source: bytes):
     """Import the feature module at ``path`` by executing ``source`` (the bytes read once, whose
-    sha256 the launch records: what is hashed is what runs)."""
+    sha256 the launch records: what is hashed is what runs; its compiled code is cached by
+    ``_bytecode`` against exactly these bytes)."""
     if PACKAGE not in sys.modules:
         pkg = types.ModuleType(PACKAGE)
         pkg.__path__ = []
@@ -54,7 +56,7 @@ def _import_file(path: Path, source: bytes):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        exec(compiled(path, source), module.__dict__)
+        exec(code_of(str(path), source), module.__dict__)
     except DeclarationError as exc:
         del sys.modules[name]
         raise DeclarationError(f"{path}: {exc}") from None
@@ -65,84 +67,6 @@ def _import_file(path: Path, source: bytes):
         raise DeclarationError(f"{path}: importing the feature module raised "
                                f"{type(exc).__name__}: {exc}") from exc
     return module
-
-
-#: optimisation tag of the feature modules' bytecode cache: ``__pycache__/<stem>.<cache tag>.opt-
-#: dsv41.pyc`` beside the file, a name the import system neither reads nor writes
-CACHE_TAG = "dsv41"
-#: PEP 552 flags of a hash-based pyc whose source hash is checked
-_HASH_CHECKED = (0b11).to_bytes(4, "little")
-#: largest bytecode cache file read
-_CACHE_MAX_BYTES = 4 * FEATURE_MAX_BYTES
-
-
-def compiled(path: Path, source: bytes) -> types.CodeType:
-    """The code object of the feature module ``path`` whose bytes (already read) are ``source``:
-    ``compile(source, str(path), "exec")``, kept in a bytecode cache beside the file (issue 11:
-    compiling ``autotune_keep.py`` costs every activating process about 4 ms).
-
-    The cache is a PEP 552 checked hash-based pyc (the import system's own format) under its own
-    optimisation tag (``CACHE_TAG``, ``importlib.util.cache_from_source``). It is used only when
-    it records the source hash (``importlib.util.source_hash``) of exactly these bytes and this
-    path as the code's file name, is a regular file owned by this user and writable by no one
-    else; whatever is wrong with it, the bytes are compiled instead, so what runs is what was
-    read and hashed. Written atomically (``os.replace``), never when ``sys.dont_write_bytecode``;
-    a directory that cannot be written keeps no cache. Raises what ``compile`` raises."""
-    import importlib.util
-    import marshal
-
-    header = importlib.util.MAGIC_NUMBER + _HASH_CHECKED + importlib.util.source_hash(source)
-    try:
-        cache = importlib.util.cache_from_source(str(path), optimization=CACHE_TAG)
-    except (NotImplementedError, ValueError):  # no cache tag in this interpreter
-        cache = ""
-    if cache:
-        try:
-            data = read_regular(cache, _CACHE_MAX_BYTES, follow_symlinks=False, check=_own_cache)
-        except OSError:  # missing, not ours, a symlink, a FIFO...
-            data = b""
-        if data[:len(header)] == header:
-            try:
-                code = marshal.loads(memoryview(data)[len(header):])
-            except (EOFError, ValueError, TypeError):
-                code = None
-            if isinstance(code, types.CodeType) and code.co_filename == str(path):
-                return code
-    code = compile(source, str(path), "exec")
-    if cache and not sys.dont_write_bytecode:
-        _write_cache(cache, header + marshal.dumps(code))
-    return code
-
-
-def _own_cache(st) -> None:
-    """Refuse (FileRefused) a bytecode cache file another user owns or may write."""
-    import os
-
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise FileRefused("bytecode cache", "is not owned by this user alone")
-
-
-def _write_cache(cache: str, data: bytes) -> None:
-    """Write ``data`` to ``cache`` atomically (a new temporary file beside it, then
-    ``os.replace``); on any OSError nothing is left behind and nothing is raised."""
-    import os
-
-    tmp = f"{cache}.{os.getpid()}.{id(data):x}.tmp"
-    try:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError:
-        return
-    try:
-        with open(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, cache)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
 
 
 def feature_entry_points() -> list[tuple[str, str]]:

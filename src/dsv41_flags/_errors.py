@@ -1,7 +1,6 @@
 """Exception classes. Every message names the offending feature, key, value and origin."""
-from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class FlagsError(Exception):
@@ -15,8 +14,7 @@ class DeclarationError(FlagsError):
     """
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """One problem found while resolving settings.
 
     key: the setting key (``FOLDED_FENCE``) or variable name concerned.

@@ -24,7 +24,6 @@ import io
 import json
 import logging
 import math
-import multiprocessing
 import os
 import sys
 from typing import Any, Callable, Iterator
@@ -287,7 +286,7 @@ class ProcessContext:
 
     def as_fields(self) -> dict[str, Any]:
         """``{"pid", "process", **fields}`` for this process now."""
-        return {"pid": os.getpid(), "process": multiprocessing.current_process().name, **self.fields}
+        return {"pid": os.getpid(), "process": process_name(), **self.fields}
 
     def __call__(self, logger: Any, method_name: str, event_dict: dict) -> dict:
         """Processor: add the context fields the event does not set itself."""
@@ -377,10 +376,23 @@ def _report_dropped(emit: Callable) -> None:
         HEALTH.reporting = False
 
 
+def process_name() -> str:
+    """This process's multiprocessing name (``SpawnProcess-1``), ``MainProcess`` when
+    multiprocessing was never imported here (no multiprocessing child is, then): the stdlib
+    ``logging.LogRecord`` idiom, so the report does not import multiprocessing itself."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return "MainProcess"
+    try:
+        return mp.current_process().name
+    except Exception:  # a half-imported or replaced module: the report still goes out
+        return "MainProcess"
+
+
 def _context_only(logger: Any, method_name: str, event_dict: dict) -> dict:
     """Processor for events without a runtime: ``pid`` and ``process``."""
     event_dict.setdefault("pid", os.getpid())
-    event_dict.setdefault("process", multiprocessing.current_process().name)
+    event_dict.setdefault("process", process_name())
     return event_dict
 
 

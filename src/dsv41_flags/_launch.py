@@ -30,35 +30,31 @@ installed distributions or regular files directly in its features directory alre
 file is read with ``_files.read_regular`` (never blocks, size-capped) and any failure while
 reading it is a SnapshotError (``read``).
 """
-from __future__ import annotations
 
 import hashlib
 import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from ._declare import Feature
 from ._errors import Problem, SnapshotError
 from ._files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
-from ._fingerprint import Fingerprint, canonical
+from ._fingerprint import Fingerprint, canonical, is_sha256
 from ._names import RESERVED_TYPES, SNAPSHOT_VAR
-from ._resolution import Resolution, Resolved
+from ._resolution import EMPTY, Resolution, Resolved
 from ._values import CastError, cast, cast_bool
 
 VERSION = 2
 #: above this many bytes the encoded launch is spilled to a private file (Linux: 128 KiB per string)
 SPILL_BYTES = 32 * 1024
 FILE_PREFIX = "file:"
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_SPILL = re.compile(r"^file:(?P<path>/.+)#sha256=(?P<digest>[0-9a-f]{64})$", re.S)
+_SPILL = r"^file:(?P<path>/.+)#sha256=(?P<digest>[0-9a-f]{64})$"  # compiled where a value has the prefix
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """One launch, as resolved by its launching process.
 
     resolution: the Resolution; fingerprint: the launch Fingerprint; features_dir: directory the
@@ -74,7 +70,7 @@ class Launch:
     feature_files: tuple[tuple[str, str], ...] = ()
     entry_points: tuple[tuple[str, str], ...] = ()
     pid: int | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = EMPTY
 
     @classmethod
     def of(cls, resolution: Resolution, fingerprint: Fingerprint, features: Sequence[Feature],
@@ -121,7 +117,9 @@ def encode(launch: Launch, *, spill_bytes: int = SPILL_BYTES, spill_dir: str | N
 
 def spill_path(raw: str) -> str | None:
     """The spill file named by a ``DSV41_SNAPSHOT`` value, or None when it carries JSON."""
-    m = _SPILL.match(raw or "")
+    if not isinstance(raw, str) or not raw.startswith(FILE_PREFIX):
+        return None
+    m = re.match(_SPILL, raw, re.S)
     return m["path"] if m else None
 
 
@@ -136,7 +134,7 @@ def _text(raw: str) -> str:
         raise _fail("it is empty")
     if not raw.startswith(FILE_PREFIX):
         return raw
-    m = _SPILL.match(raw)
+    m = re.match(_SPILL, raw, re.S)
     if not m:
         raise _fail(f"{raw[:120]!r} is not 'file:<absolute path>#sha256=<64 hex>'")
     path = m["path"]
@@ -202,7 +200,7 @@ def _pairs(value: Any, where: str, second=None) -> list[tuple[str, str]]:
     for item in value:
         if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise _fail(f"{where} item {_short(item)} is not a [string, string] pair")
-        if second is not None and not second.match(item[1]):
+        if second is not None and not second(item[1]):
             raise _fail(f"{where} item {_short(item)}: {item[1]!r} is not a sha256 (64 lower-case hex)")
         out.append((item[0], item[1]))
     return out
@@ -233,11 +231,11 @@ def decode(raw: str) -> dict:
     _need(data, "pid", (int, type(None)), "snapshot")
     _str_map(_need(data, "env", dict, "snapshot"), "snapshot.env")
     _need(data, "features_dir", (str, type(None)), "snapshot")
-    _pairs(_need(data, "feature_files", list, "snapshot"), "snapshot.feature_files", _HEX64)
+    _pairs(_need(data, "feature_files", list, "snapshot"), "snapshot.feature_files", is_sha256)
     _pairs(_need(data, "entry_points", list, "snapshot"), "snapshot.entry_points")
     fp = _need(data, "fingerprint", dict, "snapshot")
     digest = _need(fp, "digest", str, "snapshot.fingerprint")
-    if not _HEX64.match(digest):
+    if not is_sha256(digest):
         raise _fail(f"snapshot.fingerprint.digest = {_short(digest)} is not a sha256")
     payload = _need(fp, "payload", dict, "snapshot.fingerprint")
     _strs(_need(payload, "argv", list, "snapshot.fingerprint.payload"), "snapshot.fingerprint.payload.argv")
@@ -301,7 +299,7 @@ def verified_sources(data: Mapping) -> dict[Path, bytes]:
     """Path -> bytes of every feature file the launch recorded, after checking that each lies
     directly in the launch's features directory and still has its recorded sha256.
     Raises SnapshotError otherwise."""
-    files = _pairs(data["feature_files"], "snapshot.feature_files", _HEX64)
+    files = _pairs(data["feature_files"], "snapshot.feature_files", is_sha256)
     if files and not data["features_dir"]:
         raise _fail("feature files are listed but no features_dir")
     base = Path(data["features_dir"]).resolve() if data["features_dir"] else None

@@ -11,11 +11,9 @@ audit record). Engine-specific transport (sglang RPC, HTTP routes) lives in ``_s
 Settings files stay the source of truth at boot: a live switch is an override until the next
 launch.
 """
-from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ._errors import FlagsError
 from ._values import CastError, cast_bool
@@ -87,8 +85,7 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
     return make_gated
 
 
-@dataclass(frozen=True)
-class Toggle:
+class Toggle(NamedTuple):
     """One applied switch: ``feature`` went from ``old`` to ``new`` as this process's
     ``generation``; ``requested_by`` who asked; ``step`` the engine step it took effect at (the
     scheduler's ``forward_ct``; None outside a scheduler); ``at`` UTC ISO time;

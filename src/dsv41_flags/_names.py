@@ -4,16 +4,13 @@ mean" suggestion used by every message that names an unknown key.
 
 Standard library only: every process imports this, a child activating from the snapshot too.
 """
-from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 ENV_PREFIX = "DSV41_"
 
 
-@dataclass(frozen=True, slots=True)
-class ReservedName:
+class ReservedName(NamedTuple):
     """One name reserved by the framework (a settings key and its ``DSV41_<KEY>`` variable).
 
     key: upper-case key (``STRICT``); what: one line for ``explain`` and the README;

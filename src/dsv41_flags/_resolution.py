@@ -5,19 +5,20 @@ Produced by the settings loader (``_settings``, in the process that resolves a l
 back from the snapshot by children (``_launch``): this module imports neither Dynaconf nor a TOML
 parser, so a child that activates from the snapshot imports no settings machinery.
 """
-from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
 from ._errors import Problem, SettingsError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._declare import Feature
 
+#: the shared read-only empty mapping: default of the records' mapping fields
+EMPTY: Mapping[str, Any] = MappingProxyType({})
 
-@dataclass(frozen=True)
-class Resolved:
+
+class Resolved(NamedTuple):
     """One resolved key.
 
     key: setting key (``FOLDED_FENCE``); feature: owning feature name ("" for reserved keys);
@@ -47,8 +48,7 @@ class Resolved:
                    d["source"], tuple((s, v) for s, v in d["chain"]))
 
 
-@dataclass(frozen=True)
-class Resolution:
+class Resolution(NamedTuple):
     """The result of reading settings.
 
     profile: active profile; profiles: profiles present in the loaded files; files: settings files
@@ -65,10 +65,10 @@ class Resolution:
     files: tuple[str, ...]
     values: Mapping[str, Resolved]
     reserved: Mapping[str, Any]
-    volatile_sources: Mapping[str, str] = field(default_factory=dict)
+    volatile_sources: Mapping[str, str] = EMPTY
     problems: tuple[Problem, ...] = ()
     notes: tuple[str, ...] = ()
-    reserved_values: Mapping[str, Resolved] = field(default_factory=dict, compare=False)
+    reserved_values: Mapping[str, Resolved] = EMPTY
 
     @property
     def strict(self) -> bool:
@@ -85,11 +85,11 @@ class Resolution:
         """Problems of severity ``warning``."""
         return tuple(p for p in self.problems if p.severity == "warning")
 
-    def flag(self, feature: Feature) -> bool:
+    def flag(self, feature: "Feature") -> bool:
         """The resolved flag value of ``feature``."""
         return bool(self.values[feature.flag].value)
 
-    def options_of(self, feature: Feature) -> dict[str, Any]:
+    def options_of(self, feature: "Feature") -> dict[str, Any]:
         """Option name -> resolved value for ``feature``."""
         return {o.name: self.values[feature.option_key(o)].value for o in feature.options}
 

@@ -5,7 +5,6 @@ features, arms the ones whose flag is on (a post-import hook per target) and emi
 ``flags.resolved``. The hooks run the drift check, then ``install(module, ctx)``, and emit
 ``feature.installed`` / ``feature.drifted`` / ``feature.failed``.
 """
-from __future__ import annotations
 
 import inspect
 import os
@@ -13,28 +12,33 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
 from ._declare import Feature
-from ._discovery import discover, install_order
-from ._drift import fixed_upstream, missing_on, version_problem
+from ._discovery import install_order
 from ._errors import DriftError, FlagsError, SnapshotError
 from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
-from ._fingerprint import Fingerprint, compute, own_argv
 from ._hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
 from ._launch import Launch, encode, read as read_snapshot
-from ._live import BUILTIN, SWITCHABLE_STATES, Switchboard, SwitchError, Toggle, check_declared
-from ._patch import InstallContext, Ledger
 from ._names import SNAPSHOT_VAR
 from ._resolution import Resolution
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._fingerprint import Fingerprint
+    from ._live import Switchboard, Toggle
+    from ._patch import Ledger
+
+# Imported where first used, not here: the drift check (``_drift``) and the patch ledger
+# (``_patch``) when a target is imported, the live switchboard (``_live``) when a live feature is
+# armed or switched, the settings loader, discovery and fingerprint computation (``_settings``,
+# ``_discovery.discover``, ``_fingerprint``) only where a launch is resolved. A child activating
+# from the snapshot loads none of them (tests/unit/test_rooms.py checks its import set).
 
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
 
-@dataclass(frozen=True)
-class FeatureState:
+class FeatureState(NamedTuple):
     """One feature's state in this process.
 
     state: off | armed | not-armed | installed | bypassed | drifted | failed | pending | missed |
@@ -90,7 +94,9 @@ class Runtime:
         self.launch = launch
         self.from_snapshot = from_snapshot
         self.context = context or ProcessContext()
-        self.ledger = Ledger()
+        self._ledger: "Ledger | None" = None
+        self._live: "Switchboard | None" = None
+        self._lazy = threading.Lock()  # creates the ledger / switchboard once
         self._states: dict[str, FeatureState] = {}
         self._hooked: set[str] = set()
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
@@ -100,13 +106,39 @@ class Runtime:
         self.announced = False
         self.snapshot_notes: list[str] = []
         self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
-        self.live = Switchboard()   # live features' gates, generation, history
         #: called with (DriftError, feature name) when a strict failure happens at a target's
         #: import after activation (``_activation.import_failed``: flags.error, exit status 3);
         #: None (a runtime built directly, the test kit): the DriftError is raised from the import
         self.on_import_failure = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
         self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
+
+    @property
+    def ledger(self) -> "Ledger":
+        """The patch ledger of this process (``_patch.Ledger``), created on first use."""
+        ledger = self._ledger
+        if ledger is None:
+            from ._patch import Ledger
+
+            with self._lazy:
+                if self._ledger is None:
+                    self._ledger = Ledger()
+                ledger = self._ledger
+        return ledger
+
+    @property
+    def live(self) -> "Switchboard":
+        """The live features' gates, generation and switch history (``_live.Switchboard``),
+        created on first use."""
+        live = self._live
+        if live is None:
+            from ._live import Switchboard
+
+            with self._lazy:
+                if self._live is None:
+                    self._live = Switchboard()
+                live = self._live
+        return live
 
     # ------------------------------------------------------------------ the launch
     @property
@@ -115,7 +147,7 @@ class Runtime:
         return self.launch.resolution
 
     @property
-    def fingerprint(self) -> Fingerprint:
+    def fingerprint(self) -> "Fingerprint":
         """The launch fingerprint."""
         return self.launch.fingerprint
 
@@ -157,7 +189,7 @@ class Runtime:
     def value(self, feature: Feature) -> bool:
         """The flag of ``feature`` now: a live feature's gate once armed, else the resolved value
         (False for a feature unknown to the snapshot)."""
-        gate = self.live.gates.get(feature.name)
+        gate = self._live.gates.get(feature.name) if self._live is not None else None
         if gate is not None:
             return gate.on
         resolved = self.resolution.values.get(feature.flag)
@@ -168,7 +200,7 @@ class Runtime:
         after a live switch ``live switch generation N by WHO (boot: ...)``)."""
         resolved = self.resolution.values.get(feature.flag)
         boot = resolved.source if resolved else "not in snapshot"
-        last = self.live.last(feature.name)
+        last = self._live.last(feature.name) if self._live is not None else None
         if last is not None:
             return f"live switch generation {last.generation} by {last.requested_by} (boot: {boot})"
         return boot
@@ -206,6 +238,10 @@ class Runtime:
         ``armed``. The one place that decides it: ``arm`` acts on it, ``preview`` reports it."""
         if not self.value(feature):
             return "off", ""
+        if not feature.fixed_in:  # no upstream fix declared: nothing to look up
+            return "armed", ""
+        from ._drift import fixed_upstream
+
         reason = fixed_upstream(feature)
         return ("fixed-upstream", reason) if reason else ("armed", "")
 
@@ -243,6 +279,8 @@ class Runtime:
             on = self.value(feature)
             state, reason = self.gate(feature)
             if state == "off" and feature.live:
+                from ._drift import fixed_upstream
+
                 reason = fixed_upstream(feature)  # a live feature off at boot is hooked, unless
                 if reason:                        # upstream carries the fix
                     self._set(feature, "off", detail=reason)
@@ -258,8 +296,6 @@ class Runtime:
             self._disarmed.discard(feature.name)
             if feature.name in self._hooked:
                 continue
-            if feature.live:
-                self.live.gate(feature.name, on)
             self._hooked.add(feature.name)
             # set before registering (a hook may fire at once); undone if no hook was registered
             self._set(feature, "armed" if on else "off",
@@ -344,6 +380,9 @@ class Runtime:
         traceback and other features go on. A live feature that is off never stops the process
         (nothing was asked of it): its drift or failure is reported and it cannot be switched on.
         """
+        from ._drift import missing_on, version_problem
+        from ._patch import InstallContext
+
         start = time.perf_counter()
         strict = self.strict and self.value(feature)
         missing = missing_on(feature, module)
@@ -399,6 +438,8 @@ class Runtime:
         With ``name=None`` the framework's own patches (the engine's live-switch RPC) are restored
         too."""
         if name is None:
+            from ._live import BUILTIN
+
             self.ledger.uninstall(BUILTIN)
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
@@ -423,10 +464,12 @@ class Runtime:
         ``(feature, new value)``; changes nothing. Raises SwitchError (unknown feature, bad value,
         patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
         NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
+        from ._live import SWITCHABLE_STATES, SwitchError, check_declared
+
         feature, new = check_declared(self.features, name, value)
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
-        if name not in self.live.gates or state not in SWITCHABLE_STATES:
+        if name not in self._hooked or state not in SWITCHABLE_STATES:  # hooked: its patch is or will be in place
             why = f" ({st.detail})" if st is not None and st.detail else ""
             raise SwitchError(
                 f"feature {name!r} is {state} in this process{why}: its patch is not in place here, "
@@ -434,7 +477,7 @@ class Runtime:
         return feature, new
 
     def switch(self, name: str, value: Any, *, requested_by: str, generation: int | None = None,
-               step: int | None = None, request_id: str = "") -> Toggle:
+               step: int | None = None, request_id: str = "") -> "Toggle":
         """Switch live feature ``name`` on or off in this process, from the next call on.
 
         value: bool or a flag word (on/off, true/false, 1/0, yes/no); requested_by: who asked
@@ -446,6 +489,7 @@ class Runtime:
         Raises SwitchError / NotLiveError (see ``check_switch``); nothing is changed then.
         """
         feature, new = self.check_switch(name, value)
+        self.live.gate(name, self.value(feature))  # created at install, or here when switched before
         toggle = self.live.apply(name, new, requested_by=requested_by, generation=generation,
                                  step=step, request_id=request_id)
         self._restate(feature)
@@ -454,7 +498,7 @@ class Runtime:
                       request_id=request_id or None)
         return toggle
 
-    def rollback(self, toggle: Toggle, reason: str) -> None:
+    def rollback(self, toggle: "Toggle", reason: str) -> None:
         """Undo ``toggle`` (the last switch applied here) because another rank could not apply
         it; emits ``feature.toggle_rolled_back``."""
         self.live.rollback(toggle)
@@ -625,7 +669,6 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     Raises SettingsError (every problem listed), DeclarationError or SnapshotError.
     """
     environ = os.environ if environ is None else environ
-    argv = own_argv() if argv is None else argv
     use = use_snapshot and settings_files is None and profile is None
     raw = environ.get(SNAPSHOT_VAR, "") if use else ""
     refused: SnapshotError | None = None
@@ -654,6 +697,12 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         raise
     if refused is not None and resolution.strict:
         raise refused
+    if argv is None:
+        from ._fingerprint import own_argv
+
+        argv = own_argv()
+    from ._fingerprint import compute
+
     fingerprint = compute(resolution, features, argv, environ)
     rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)))
     if refused is not None:
@@ -711,6 +760,8 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
         raise SettingsError([Problem("FEATURES_DIR", "settings", f"features_dir {str(fdir)!r} is not a "
                                      f"directory (set by features_dir / DSV41_FEATURES_DIR; relative "
                                      f"paths are taken from the settings file's directory)")])
+    from ._discovery import discover
+
     features = discover(fdir)
     resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes, fdir)
     return features, resolution, fdir

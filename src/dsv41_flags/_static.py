@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._declare import Feature, Require
+from ._declare import Feature
+from ._requires import Require
 from ._drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
 
 _MAX_FOLLOW = 8

@@ -17,8 +17,13 @@ from typing import Any
 TRUE_WORDS = ("true", "1", "on", "yes")
 FALSE_WORDS = ("false", "0", "off", "no")
 KINDS = ("bool", "int", "float", "str", "choice", "list")
-_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_INT = r"[+-]?[0-9]+"
+_FLOAT = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+
+
+def _fullmatch(pattern: str, text: str) -> bool:
+    """ASCII full match (``re`` caches the compiled pattern: compiled only where text is cast)."""
+    return re.fullmatch(pattern, text, re.ASCII) is not None
 
 
 class CastError(ValueError):
@@ -104,7 +109,7 @@ def _cast(kind, raw, minimum, maximum, choices):
         if isinstance(raw, int):
             value = raw
         elif isinstance(raw, str):
-            if not _INT.fullmatch(_strip(raw)):  # ASCII digits only: no "1_0", no other scripts
+            if not _fullmatch(_INT, _strip(raw)):  # ASCII digits only: no "1_0", no other scripts
                 raise CastError(accepted)
             if len(_strip(raw).lstrip("+-")) > MAX_INT_DIGITS:
                 digits = len(_strip(raw).lstrip("+-"))
@@ -121,7 +126,7 @@ def _cast(kind, raw, minimum, maximum, choices):
         if isinstance(raw, (int, float)):
             value = float(raw)
         elif isinstance(raw, str):
-            if not _FLOAT.fullmatch(_strip(raw)):
+            if not _fullmatch(_FLOAT, _strip(raw)):
                 raise CastError(accepted)
             value = float(_strip(raw))
         else:
@@ -168,7 +173,7 @@ def check_file_value(kind: str, raw: Any, literal: str | None = None) -> None:
     types, what = _FILE_TYPES.get(kind, ((object,), ""))
     ok = isinstance(raw, types) and not (kind in ("int", "float") and isinstance(raw, bool))
     if ok and literal is not None and kind in ("int", "float"):
-        ok = bool((_INT if kind == "int" else _FLOAT).fullmatch(literal.strip()))
+        ok = _fullmatch(_INT if kind == "int" else _FLOAT, literal.strip())
     if not ok:
         raise CastError(f"{what}: values in settings files are strictly typed, and a number is "
                         f"written as in a variable")

@@ -326,11 +326,12 @@ def test_item3_8b_strict_drift_found_when_another_threads_import_completes_stops
     (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
         '"Worker.forward"', '"Worker.gone"'))
     (demo.dir / f"{demo.target}.py").write_text(
-        "import time\ntime.sleep(0.6)\nclass Worker:\n    def forward(self):\n        return 'stock'\n")
+        "import time\ntime.sleep(3)\nclass Worker:\n    def forward(self):\n        return 'stock'\n")
     proc = run_py(demo, f"""
-        import threading, time, dsv41_flags
+        import sys, threading, time, dsv41_flags
         t = threading.Thread(target=__import__, args=({demo.target!r},)); t.start()
-        time.sleep(0.2)
+        while {demo.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
+            time.sleep(0.01)
         dsv41_flags.activate()
         t.join()
         time.sleep(5)

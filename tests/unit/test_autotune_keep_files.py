@@ -276,7 +276,7 @@ def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path, log):
     boot; a live writer's fresh one is kept."""
     mod, fp = feature
     cache = _cache(tmp_path, fp)
-    from dsv41_flags._fingerprint import _host
+    from dsv41_flags._sidecar import _host
     host = _host()
     proc = subprocess.Popen(["true"])
     proc.wait()

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from dsv41_flags import _discovery
-from dsv41_flags._discovery import CACHE_TAG, compiled, discover
+from dsv41_flags import _bytecode
+from dsv41_flags._bytecode import CACHE_TAG, code_of as compiled
+from dsv41_flags._discovery import discover
 
 FEATURE = ("from dsv41_flags import Feature\n"
            "MARK = {mark!r}\n"
@@ -24,10 +25,10 @@ def writing(monkeypatch):
 
 @pytest.fixture
 def no_compile(monkeypatch):
-    """Make ``compile`` in _discovery fail: a call that returns proves the cache was used."""
+    """Make ``compile`` in _bytecode fail: a call that returns proves the cache was used."""
     def refuse(*args, **kwargs):
         raise AssertionError("compiled although the cache matched")
-    return lambda: monkeypatch.setattr(_discovery, "compile", refuse, raising=False)
+    return lambda: monkeypatch.setattr(_bytecode, "compile", refuse, raising=False)
 
 
 def _feature(tmp_path, mark="one"):

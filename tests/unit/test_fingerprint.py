@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from dsv41_flags import SettingsError, read_sidecar, write_sidecar
-from dsv41_flags._fingerprint import diff, matches, volatile_names
+from dsv41_flags._fingerprint import volatile_names
+from dsv41_flags._sidecar import diff, matches
 from dsv41_flags._sglang import FINGERPRINT as ENGINE
 
 SETTINGS = """

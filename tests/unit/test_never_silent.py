@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 
 import dsv41_flags
 from dsv41_flags import Sidecar, read_regular, read_sidecar, sidecar_path, write_sidecar
-from dsv41_flags._fingerprint import payload_problem
+from dsv41_flags._sidecar import payload_problem
 from dsv41_flags._launcher import bootstrap_bypass, interpreter_options
 
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
@@ -67,7 +67,7 @@ def test_read_sidecar_never_blocks_never_follows_never_loads_too_much(tmp_path):
     link = tmp_path / "link.launch"
     link.symlink_to(sidecar_path(good))
     big = tmp_path / "big.launch"
-    big.write_bytes(b" " * (dsv41_flags._fingerprint.SIDECAR_MAX_BYTES + 1))
+    big.write_bytes(b" " * (dsv41_flags._sidecar.SIDECAR_MAX_BYTES + 1))
     start = time.monotonic()
     results = {p.name: read_sidecar(p) for p in (fifo, zero, link, big, tmp_path / "missing.launch", tmp_path)}
     assert time.monotonic() - start < 5

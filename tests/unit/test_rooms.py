@@ -19,7 +19,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: what a child activating from the snapshot must not import (it uses none of it)
 CHILD_MUST_NOT_IMPORT = ("dynaconf", "tomllib", "packaging.specifiers", "packaging.version", "typer",
-                         "click", "dsv41_flags._settings", "dsv41_flags._cli", "dsv41_flags._static")
+                         "click", "dsv41_flags._settings", "dsv41_flags._cli", "dsv41_flags._static",
+                         # rooms used only when a target is imported, a switch is asked for, or a
+                         # feature's cache is checked at install
+                         "dsv41_flags._drift", "dsv41_flags._patch", "dsv41_flags._live",
+                         "dsv41_flags._sidecar", "dsv41_flags._requires", "dsv41_flags._engine",
+                         "dsv41_flags._sglang", "graphlib", "multiprocessing")
 
 CHILD = """
 import json, sys

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dsv41_flags._cli import app
-from dsv41_flags._declare import Require
+from dsv41_flags._requires import Require
 from dsv41_flags._release import TreeView
 from dsv41_flags._static import Checker
 

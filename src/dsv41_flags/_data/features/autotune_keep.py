@@ -29,8 +29,12 @@ import stat
 import time
 from pathlib import Path
 
-from dsv41_flags import (Feature, Option, SymlinkRefused, clean_stale_temps, payload_diff, read_regular,
-                         read_sidecar, sidecar_matches, sidecar_path, write_sidecar)
+import dsv41_flags as flags
+from dsv41_flags import Feature, Option, read_regular
+
+# The sidecar helpers are reached as ``flags.<name>`` when install runs, not imported here: a child
+# process re-reads this file for its declaration at every boot, and the framework loads a public
+# name's module on first use, so the sidecar room is loaded only where the target is imported.
 
 #: errors of a directory this process may read but not change (image-baked caches, read-only
 #: mounts, another user's directory): the cache is used read-only
@@ -73,13 +77,13 @@ def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
     """Why the cache must be re-tuned, or None when it belongs to this launch."""
     if not isinstance(configs, dict):
         return "cache file unreadable or not a JSON object"
-    side = read_sidecar(sidecar_path(cache_path))
+    side = flags.read_sidecar(flags.sidecar_path(cache_path))
     if side.legacy:
         return "sidecar written by the older adapter (seed autotune_keep.py): fingerprint unknown"
     if side.payload is None:
         return f"no sidecar for this cache ({side.error})"
-    if not sidecar_matches(side, fingerprint):
-        changed = [f"{c['part']}:{c['key']}" for c in payload_diff(side.payload, fingerprint.payload)]
+    if not flags.sidecar_matches(side, fingerprint):
+        changed = [f"{c['part']}:{c['key']}" for c in flags.payload_diff(side.payload, fingerprint.payload)]
         return "launch changed: " + (", ".join(changed) or "fingerprint differs")
     return None
 
@@ -94,9 +98,9 @@ def cache_lock(cache_path: Path, log):
     ``LOCK_TIMEOUT_S``, then goes on unlocked with ``autotune_keep.lock_timeout``: never a hang."""
     lock = cache_path.with_name(cache_path.name + LOCK_SUFFIX)
     fd = None
-    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+    for mode in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
         try:
-            fd = os.open(lock, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            fd = os.open(lock, mode | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
             break
         except OSError:
             continue
@@ -154,7 +158,7 @@ def _move_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
                     action="cache left in place, not written to; the engine's own rules decide "
                            "whether it is loaded, as without this feature")
         return None
-    side = sidecar_path(cache_path)
+    side = flags.sidecar_path(cache_path)
     try:
         os.replace(side, side.with_name(f"{side.name}.stale-{stamp}"))
     except FileNotFoundError:
@@ -186,7 +190,7 @@ def set_aside(cache_path: Path, keep: int, reason: str, log) -> Path | None:
 
 
 def _clean_temps(cache_path: Path) -> None:
-    clean_stale_temps(cache_path.parent, sidecar_path(cache_path).name, patterns=ENGINE_TEMPS)
+    flags.clean_stale_temps(cache_path.parent, flags.sidecar_path(cache_path).name, patterns=ENGINE_TEMPS)
 
 
 def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> str:
@@ -241,9 +245,9 @@ def before_save(cache_path: Path, fingerprint, log) -> bool:
     sidecar only makes a concurrent boot set the cache aside (kept). Under the cache's lock;
     returns True when a sidecar was dropped; never raises (a read-only directory keeps it)."""
     cache_path = Path(cache_path)
-    side = sidecar_path(cache_path)
+    side = flags.sidecar_path(cache_path)
     with cache_lock(cache_path, log):
-        if not os.path.lexists(side) or sidecar_matches(read_sidecar(side), fingerprint):
+        if not os.path.lexists(side) or flags.sidecar_matches(flags.read_sidecar(side), fingerprint):
             return False
         try:
             os.unlink(side)  # unlink removes a link itself, never its target
@@ -260,14 +264,14 @@ def after_tuning(cache_path: Path, fingerprint, log) -> bool:
     (``autotune_keep.sidecar_refused``, never written through) or another write error
     (``autotune_keep.sidecar_failed``) is reported, never raised."""
     cache_path = Path(cache_path)
-    side = sidecar_path(cache_path)
+    side = flags.sidecar_path(cache_path)
     with cache_lock(cache_path, log):
         if not cache_path.is_file():
             return False
         try:
-            write_sidecar(side, fingerprint)
+            flags.write_sidecar(side, fingerprint)
             return True
-        except SymlinkRefused as exc:
+        except flags.SymlinkRefused as exc:
             log.warning("autotune_keep.sidecar_refused", cache=str(cache_path), sidecar=str(side),
                         error=f"{exc.strerror}", action="not written through the link; the next "
                                                         "boot re-tunes this cache")
