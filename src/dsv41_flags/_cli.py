@@ -23,7 +23,6 @@ from ._sidecar import diff as payload_diff, read_sidecar, write_sidecar
 from ._launch import Launch
 from ._runtime import Runtime, resolve_launch
 from ._settings import _jsonable
-from ._static import check_feature
 
 
 try:  # typer >= 0.2x coerces every parameter through a pydantic TypeAdapter (see _plain_values)
@@ -733,8 +732,9 @@ def _verdicts_of(feature, fdir, *, live: bool = False) -> tuple[list[dict], str 
     """One verdict dict per requirement (see ``Verdict.to_dict``) and the target's source file."""
     if live:
         return _live_verdicts(feature, fdir), None
-    static = check_feature(feature)
-    return [v.to_dict() for v in static.verdicts], static.source
+    from ._static_cache import installed_check
+
+    return installed_check(feature)
 
 
 def _live_verdicts(feature, fdir) -> list[dict]:

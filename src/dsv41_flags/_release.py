@@ -25,7 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ._static import SourceView, find_in_dir
+from ._sources import SourceView, find_in_dir
 
 PIP_TIMEOUT_S = 900
 
