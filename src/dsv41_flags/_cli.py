@@ -62,19 +62,23 @@ if _RuntimeParam is not None:
         gives: the string itself; ``Path(value)`` passed on to typer's own ``coerce_cli_path``
         (existence and kind checks, error messages); a list of either for a repeatable option;
         a bool value of a flag is itself. Any other value (bytes, a string for a bool, a
-        non-string default) goes to typer's own adapter, unchanged.
+        non-string default), and a path the system refuses (a NUL byte), goes to typer's own
+        adapter, unchanged.
         ``tests/unit/test_cli_speed.py`` compares both coercions on every such parameter."""
 
         kind: str = ""
 
         def _coerce_value(self, value, param, ctx):
             item = self.kind.removesuffix("-list")
-            if self.kind.endswith("-list"):
-                items = value if isinstance(value, (list, tuple)) else [value]
-                if all(type(v) is str for v in items):
-                    return [self._one(item, v, param, ctx) for v in items]
-            elif type(value) is (bool if item == "bool" else str):
-                return self._one(item, value, param, ctx)
+            try:
+                if self.kind.endswith("-list"):
+                    items = value if isinstance(value, (list, tuple)) else [value]
+                    if all(type(v) is str for v in items):
+                        return [self._one(item, v, param, ctx) for v in items]
+                elif type(value) is (bool if item == "bool" else str):
+                    return self._one(item, value, param, ctx)
+            except ValueError:  # a NUL byte in a path: typer's adapter words the error
+                pass
             return _typer_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
 
         def _one(self, kind: str, value: str, param, ctx):

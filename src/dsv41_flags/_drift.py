@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from types import ModuleType
 
 from ._declare import Feature
 
 
 def engine_version(feature: Feature) -> str | None:
-    """Installed version of the feature's engine distribution, or None when not installed."""
+    """Installed version of the feature's engine distribution, or None when not installed.
+    Looked up once per distribution name and import path per process (``_installed_version``)."""
     if not feature.engine:
         return None
+    return _installed_version(feature.engine_requirement.name, tuple(sys.path))
+
+
+@lru_cache(maxsize=64)
+def _installed_version(name: str, path: tuple) -> str | None:
+    """``importlib.metadata.version(name)`` (None when not installed), remembered per import path
+    ``path`` (``sys.path`` as a tuple): reading a distribution's metadata parses its whole METADATA
+    file (about 5 ms for sglang's), and status asks for it several times per feature."""
     try:
-        return importlib.metadata.version(feature.engine_requirement.name)
+        return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
 
