@@ -53,9 +53,11 @@ def version_from_tree(base: Path, top: str) -> str | None:
 
 def cache_dir() -> Path:
     """Where fetched engine wheels are kept: ``$XDG_CACHE_HOME/dsv41-flags/engines``, else
-    ``~/.cache/dsv41-flags/engines``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dsv41-flags" / "engines"
+    ``~/.cache/dsv41-flags/engines`` (under the framework's one cache root,
+    ``_static_cache.cache_root``)."""
+    from ._static_cache import cache_root
+
+    return cache_root() / "engines"
 
 
 class WheelView:
