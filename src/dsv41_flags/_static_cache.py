@@ -17,7 +17,8 @@ A check that read a file it could not read, or looked at a non-stdlib module liv
 ``typing_extensions``: their installed version is not recorded), is not kept.
 
 Where: ``$XDG_CACHE_HOME/dsv41-flags/static/`` (``~/.cache/...`` when unset), one JSON file per
-question, named by its sha256. Written atomically (a temporary file in the same directory, then
+target, ``requires`` and interpreter (named by their sha256: a newer checker replaces the entry
+instead of adding one). Written atomically (a temporary file in the same directory, then
 ``os.replace``); an entry is trusted only when it is a regular file owned by this user and holds
 the very question asked. The cache is never needed for a correct answer: a directory that cannot
 be created or written (read-only, full, another user's), an entry that is corrupt, foreign or
@@ -85,7 +86,10 @@ def _question(feature) -> dict | None:
 
 
 def _entry_path(question: dict) -> Path:
-    blob = json.dumps(question, sort_keys=True, separators=(",", ":")).encode()
+    """The entry for ``question``: named by its target, ``requires`` and interpreter only, so a
+    new version of the checker replaces the answer of the old one instead of adding a file."""
+    name = {k: question[k] for k in ("target", "requires", "executable")}
+    blob = json.dumps(name, sort_keys=True, separators=(",", ":")).encode()
     return static_dir() / f"{hashlib.sha256(blob).hexdigest()}.json"
 
 

@@ -200,6 +200,17 @@ def test_other_requires_or_target_are_other_questions(engine):
     assert ran and _states(verdicts) == ["missing"] and len(engine.entries()) == 2
 
 
+def test_a_new_checker_asks_afresh_and_replaces_the_entry(engine, monkeypatch):
+    engine.check()
+    [entry] = engine.entries()
+    real = sc._question
+    monkeypatch.setattr(sc, "_question", lambda f: dict(real(f), checker="0" * 64))
+    _, _, ran = engine.check()
+    assert ran and engine.entries() == [entry]     # the same file, not one more
+    assert json.loads(entry.read_text())["question"]["checker"] == "0" * 64
+    assert not engine.check()[2]
+
+
 @pytest.mark.parametrize("garbage", [b"", b"{not json", b"[]", b'{"question": 1}', b"\xff\xfe",
                                      b'{"question": null, "finds": {}, "files": {}, "answer": {}}'])
 def test_corrupt_entry_is_checked_afresh_and_replaced(engine, garbage):
