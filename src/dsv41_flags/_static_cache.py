@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,17 @@ def installed_check(feature) -> tuple[list[dict], str | None]:
 def _question(feature) -> dict | None:
     """What the answer is a function of, besides the recorded lookups and files; None when the
     checker's own code cannot be read (then nothing is cached)."""
+    checker = _checker_digest()
+    if checker is None:
+        return None
+    return {"format": _FORMAT, "target": feature.target, "requires": list(feature.requires),
+            "checker": checker, "python": sys.version, "executable": sys.executable}
+
+
+@lru_cache(maxsize=1)
+def _checker_digest() -> str | None:
+    """sha256 of the checker's modules (``_CHECKER_MODULES``), read once per process (the code
+    running does not change under it); None when one cannot be read."""
     here = Path(__file__).resolve().parent
     code = hashlib.sha256()
     try:
@@ -81,8 +93,7 @@ def _question(feature) -> dict | None:
             code.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
     except OSError:
         return None
-    return {"format": _FORMAT, "target": feature.target, "requires": list(feature.requires),
-            "checker": code.hexdigest(), "python": sys.version, "executable": sys.executable}
+    return code.hexdigest()
 
 
 def _entry_path(question: dict) -> Path:
