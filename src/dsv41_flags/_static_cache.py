@@ -197,9 +197,9 @@ def _store(question: dict, record: dict, verdicts: list[dict], source: str | Non
     not ours) leaves the cache as it was and is not an error."""
     import tempfile
 
-    path = _entry_path(question)
     tmp = None
     try:
+        path = _entry_path(question)   # no home directory to be found: RuntimeError, no cache
         path.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"question": question, **record,
                            "answer": {"verdicts": verdicts, "source": source}}).encode()

@@ -276,6 +276,16 @@ def test_unwritable_cache_gives_the_answer_without_a_trace(engine, tmp_path, mon
         assert not list((tmp_path / "ro" / "dsv41-flags" / "static").iterdir())  # no temp left
 
 
+def test_no_home_directory_means_no_cache(engine, monkeypatch):
+    monkeypatch.delenv("XDG_CACHE_HOME")
+
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+    monkeypatch.setattr(sc.Path, "home", staticmethod(nowhere))
+    verdicts, _, ran = engine.check()
+    assert ran and _states(verdicts) == ["ok", "missing"]
+
+
 def test_read_only_directory_on_disk(engine, tmp_path, monkeypatch):
     cache = tmp_path / "rodir"
     static = cache / "dsv41-flags" / "static"
