@@ -35,11 +35,9 @@ import ast
 import builtins
 import collections
 import importlib
-import importlib.util
 import inspect
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ._declare import Feature
