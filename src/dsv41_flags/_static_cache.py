@@ -6,8 +6,8 @@ plus importing ``_static`` itself. The answer depends only on what the check loo
 kept with a record of exactly that and reused while every recorded input is unchanged:
 
 - the question: the feature's target and ``requires`` texts, the checker's own code (sha256 of
-  ``_static.py``, ``_sources.py``, ``_drift.py``, ``_declare.py`` and this module) and the
-  interpreter (``sys.version``, ``sys.executable``: standard-library modules are looked at live);
+  ``_static.py``, ``_sources.py``, ``_drift.py``, ``_declare.py``, ``_requires.py`` and this
+  module) and the interpreter (``sys.version``, ``sys.executable``: standard-library modules are looked at live);
 - every module lookup the check made (``InstalledView.find``: module -> file and whether it is a
   package, or not found), replayed: a module that appears, moves or disappears is a change;
 - the sha256 of every source file it read (the bytes themselves, not their size or time: an edit
@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 #: the modules whose code decides a static verdict (their bytes are part of every question)
-_CHECKER_MODULES = ("_static.py", "_sources.py", "_drift.py", "_declare.py", "_static_cache.py")
+_CHECKER_MODULES = ("_static.py", "_sources.py", "_drift.py", "_declare.py", "_requires.py",
+                    "_static_cache.py")
 #: an entry larger than this is not one of ours
 _ENTRY_MAX_BYTES = 4 * 1024 * 1024
 _FORMAT = 1
