@@ -7,7 +7,8 @@ kept with a record of exactly that and reused while every recorded input is unch
 
 - the question: the feature's target and ``requires`` texts, the checker's own code (sha256 of
   ``_static.py``, ``_sources.py``, ``_drift.py``, ``_declare.py``, ``_requires.py`` and this
-  module) and the interpreter (``sys.version``, ``sys.executable``: standard-library modules are looked at live);
+  module) and the interpreter (``sys.version``, ``sys.executable``: standard-library modules
+  are looked at live);
 - every module lookup the check made (``InstalledView.find``: module -> file and whether it is a
   package, or not found), replayed: a module that appears, moves or disappears is a change;
 - the sha256 of every source file it read (the bytes themselves, not their size or time: an edit
