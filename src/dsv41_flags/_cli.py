@@ -20,7 +20,6 @@ from ._drift import engine_version, fixed_upstream, version_problem
 from ._errors import DeclarationError, FlagsError, SettingsError
 from ._names import RESERVED, suggest
 from ._fingerprint import compute, prefix_sources
-from ._sidecar import diff as payload_diff, read_sidecar, write_sidecar
 from ._launch import Launch
 from ._runtime import Runtime, resolve_launch
 from ._settings import _jsonable
@@ -519,6 +518,8 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
 
     --diff exits 0 for the same launch, 1 for a different one, 2 when the sidecar cannot be read
     as one."""
+    from ._sidecar import diff as payload_diff, read_sidecar, write_sidecar  # here: status skips it
+
     argv = list(ctx.args)
     features, resolution, _ = _load(settings, profile, as_json)
     fp = compute(resolution, features, argv, os.environ)
@@ -592,6 +593,8 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
                   settings: Optional[List[Path]] = SettingsOpt, as_json: bool = JsonOpt) -> None:
     """Flags and options that differ between two profiles, and whether their fingerprints differ
     (an A/B boot across them re-tunes when they do)."""
+    from ._sidecar import diff as payload_diff
+
     fa, ra, _ = _load(settings, profile_a, as_json)
     fb, rb, _ = _load(settings, profile_b, as_json)
     keys = sorted(set(ra.values) | set(rb.values))
