@@ -116,6 +116,7 @@ import dynaconf, structlog, wrapt
 t0 = time.perf_counter()
 import dsv41_flags
 import dsv41_flags._runtime as R, dsv41_flags._discovery as D, dsv41_flags._settings as S
+import dsv41_flags._fingerprint as F
 t1 = time.perf_counter()
 spent = {}
 """ + TIMED_SRC + """
@@ -123,10 +124,10 @@ timed(S, "find_settings_files", "activate: settings search (+ TOML check)")
 timed(S, "load", "activate: Dynaconf load (+ profiles scan)")
 timed(S, "reserved_settings", "activate: reserved settings")
 timed(S, "resolve", "activate: resolution with provenance")
-timed(R, "discover", "activate: discovery")
+timed(D, "discover", "activate: discovery")
 timed(D, "installed_entry_points", "  discovery: entry-point scan")
 timed(D, "_import_file", "  discovery: feature modules (features/*.py)")
-timed(R, "compute", "activate: fingerprint")
+timed(F, "compute", "activate: fingerprint")
 timed(R.Runtime, "arm", "activate: arm (post-import hooks)")
 t2 = time.perf_counter()
 dsv41_flags.activate()

@@ -114,6 +114,7 @@ PARTS = """
 import sys, time, json
 from pathlib import Path
 import dsv41_flags._runtime as R, dsv41_flags._settings as S
+import dsv41_flags._discovery as D, dsv41_flags._fingerprint as F
 import dynaconf
 spent = {{}}  # filled in the order the parts are wrapped below (the report's order)
 """ + TIMED_SRC + """
@@ -122,8 +123,8 @@ timed(S, "load", "Dynaconf load (+ profiles scan)")
 timed(S, "reserved_settings", "reserved settings (before logging and discovery)")
 timed(S, "resolve", "resolution with provenance")
 timed(S, "_history", "  of which: _history() per key (Dynaconf history, read once per load)")
-timed(R, "discover", "discovery (100 feature modules)")
-timed(R, "compute", "fingerprint")
+timed(D, "discover", "discovery (100 feature modules)")
+timed(F, "compute", "fingerprint")
 t0 = time.perf_counter()
 rt = R.build([Path({settings!r})], None, argv={argv!r}, features_dir=Path({fdir!r}),
              use_snapshot=False, configure_logging=False)
