@@ -17,6 +17,12 @@ the variable as untrusted text:
   ``dsv41_flags.features``; a feature file only when it lies in the launch's features directory
   and its content still has the sha256 the launch recorded (the verified bytes are what runs, so a
   file edited during the launch is refused and every rank runs the code the launch chose);
+* declarations: the launch records a digest of every feature's declaration (``declaration_digest``:
+  every field but ``install`` and where it came from) and a child's must equal it. A child does not
+  re-validate name, target, requires and ranges (``CHECKED_BY_LAUNCH``): that is sound only for
+  the declarations the launch checked, and the same bytes can declare something else in another
+  process (a name, target or ``requires`` computed from the environment, the time, a random
+  number), which would otherwise run unchecked or never be hooked;
 * size: above ``SPILL_BYTES`` the JSON goes to a private file (mode 0600, owned by this user) and
   the variable carries ``file:<path>#sha256=<hex>``; the reader checks owner, mode and digest.
   Linux refuses any single environment string over 128 KiB (MAX_ARG_STRLEN) at exec.
@@ -47,7 +53,7 @@ from ._names import RESERVED_TYPES, SNAPSHOT_VAR
 from ._resolution import EMPTY, Resolution, Resolved
 from ._values import CastError, cast, cast_bool
 
-VERSION = 2
+VERSION = 3  # 3: declarations (issue 11 review)
 #: above this many bytes the encoded launch is spilled to a private file (Linux: 128 KiB per string)
 SPILL_BYTES = 32 * 1024
 FILE_PREFIX = "file:"
@@ -61,7 +67,8 @@ class Launch(NamedTuple):
     feature files were read from (None: none); feature_files: ``((path, sha256), ...)`` of every
     feature file imported; entry_points: ``((name, value), ...)`` of group
     ``dsv41_flags.features`` loaded; pid: pid of the launching process; env: its ``DSV41_*``
-    variables (``DSV41_SNAPSHOT`` excluded).
+    variables (``DSV41_SNAPSHOT`` excluded); declarations: ``((feature name,
+    declaration_digest), ...)`` of every feature, sorted.
     """
 
     resolution: Resolution
@@ -71,6 +78,7 @@ class Launch(NamedTuple):
     entry_points: tuple[tuple[str, str], ...] = ()
     pid: int | None = None
     env: Mapping[str, str] = EMPTY
+    declarations: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, resolution: Resolution, fingerprint: Fingerprint, features: Sequence[Feature],
@@ -79,7 +87,8 @@ class Launch(NamedTuple):
         files = sorted({(f.source, f.source_sha256) for f in features if not f.entry_point and f.source})
         eps = sorted({tuple(f.entry_point) for f in features if f.entry_point})
         return cls(resolution, fingerprint, str(features_dir) if features_dir else None,
-                   tuple(files), tuple(eps), os.getpid() if pid is None else pid, dict(env))
+                   tuple(files), tuple(eps), os.getpid() if pid is None else pid, dict(env),
+                   declarations_of(features))
 
     def to_dict(self) -> dict:
         """JSON-ready form (schema version ``VERSION``)."""
@@ -87,7 +96,25 @@ class Launch(NamedTuple):
                 "resolution": self.resolution.to_dict(), "fingerprint": self.fingerprint.to_dict(),
                 "features_dir": self.features_dir,
                 "feature_files": [list(p) for p in self.feature_files],
-                "entry_points": [list(p) for p in self.entry_points]}
+                "entry_points": [list(p) for p in self.entry_points],
+                "declarations": [list(p) for p in self.declarations]}
+
+
+def declaration_digest(feature: Feature) -> str:
+    """Hex sha256 of what ``feature`` declares: the repr of every compared field but ``install``
+    (a function: its repr names an address), i.e. name, target, summary, requires, engine,
+    fixed_in, volatile, options, refs, after, default, live. Equal in two processes exactly when
+    they built the same declaration (reprs of str, bool, tuples and Options are deterministic)."""
+    from dataclasses import fields
+
+    values = tuple((f.name, getattr(feature, f.name)) for f in fields(feature)
+                   if f.compare and f.name != "install")
+    return hashlib.sha256(repr(values).encode("utf-8", "backslashreplace")).hexdigest()
+
+
+def declarations_of(features: Sequence[Feature]) -> tuple[tuple[str, str], ...]:
+    """``((name, declaration_digest), ...)`` of ``features``, sorted by name."""
+    return tuple(sorted((f.name, declaration_digest(f)) for f in features))
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -224,7 +251,7 @@ def decode(raw: str) -> dict:
         raise _fail(f"schema version {_short(version)} is not {VERSION}",
                     "written by another version of dsv41_flags? unset it or relaunch")
     known = {"v", "pid", "env", "resolution", "fingerprint", "features_dir", "feature_files",
-             "entry_points"}
+             "entry_points", "declarations"}
     extra = sorted(set(data) - known)
     if extra:
         raise _fail(f"unknown key(s) {', '.join(map(repr, extra))}")
@@ -233,6 +260,7 @@ def decode(raw: str) -> dict:
     _need(data, "features_dir", (str, type(None)), "snapshot")
     _pairs(_need(data, "feature_files", list, "snapshot"), "snapshot.feature_files", is_sha256)
     _pairs(_need(data, "entry_points", list, "snapshot"), "snapshot.entry_points")
+    _pairs(_need(data, "declarations", list, "snapshot"), "snapshot.declarations", is_sha256)
     fp = _need(data, "fingerprint", dict, "snapshot")
     digest = _need(fp, "digest", str, "snapshot.fingerprint")
     if not is_sha256(digest):
@@ -387,6 +415,7 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     sources = verified_sources(data)
     fdir = Path(data["features_dir"]) if data["features_dir"] else None
     features = discover_features(fdir, entry_points=eps, sources=sources, checked=True)
+    _same_declarations(features, _pairs(data["declarations"], "snapshot.declarations", is_sha256))
     res = data["resolution"]
     by_key = {k: f for f in features for k in f.keys()}
     values: dict[str, Resolved] = {}
@@ -409,5 +438,26 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     fingerprint = Fingerprint(fp["digest"], fp["payload"], fp.get("excluded", {}))
     launch = Launch(resolution, fingerprint, data["features_dir"],
                     tuple(sorted((str(p), sha256_bytes(b)) for p, b in sources.items())),
-                    tuple(sorted(eps)), data["pid"], dict(data["env"]))
+                    tuple(sorted(eps)), data["pid"], dict(data["env"]), declarations_of(features))
     return launch, features
+
+
+def _same_declarations(features: Sequence[Feature], recorded: Sequence[tuple[str, str]]) -> None:
+    """Refuse (SnapshotError) unless ``features`` (built here from the verified code, without
+    re-validation) declare exactly what the launch checked: same names, same declaration digests."""
+    want = dict(recorded)
+    here = {f.name: f for f in features}
+    where = {f.name: f.source or ":".join(f.entry_point) or "?" for f in features}
+    hint = ("a declaration must depend only on its file's bytes (not on the environment, the time, "
+            "the process or a random number): fix the feature, then relaunch")
+    for name in sorted(set(here) - set(want)):
+        raise _fail(f"feature {name!r} ({where[name]}) is declared here but not by the launch "
+                    f"(the launch declared {', '.join(map(repr, sorted(want))) or 'none'})", hint)
+    for name in sorted(set(want) - set(here)):
+        raise _fail(f"feature {name!r} of the launch is not declared here", hint)
+    for name, feature in sorted(here.items()):
+        if declaration_digest(feature) != want[name]:
+            raise _fail(f"feature {name!r} ({where[name]}) declares something else here than in the "
+                        f"launch (target {feature.target!r}, requires {feature.requires!r}, engine "
+                        f"{feature.engine!r}, fixed_in {feature.fixed_in!r}, live {feature.live!r})",
+                        hint)

@@ -385,8 +385,11 @@ class Runtime:
 
         start = time.perf_counter()
         strict = self.strict and self.value(feature)
-        missing = missing_on(feature, module)
-        bad_version = version_problem(feature)
+        try:  # a declaration the checks cannot read (never validated here) fails, reported
+            missing = missing_on(feature, module)
+            bad_version = version_problem(feature)
+        except Exception as exc:
+            return self._failed(feature, exc, strict, "its drift check")
         if bad_version:
             missing.insert(0, bad_version)
         if missing:
@@ -405,14 +408,7 @@ class Runtime:
             feature.install(module, ctx)
         except Exception as exc:
             self.ledger.uninstall(feature.name)  # roll back what the failed install patched
-            st = self._set(feature, "failed", detail=f"{type(exc).__name__}: {exc}")
-            self.log.error("feature.failed", feature=feature.name, target=feature.target,
-                           error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
-                           strict=strict)
-            if strict:
-                raise DriftError(f"feature {feature.name!r}: install on {feature.target} raised "
-                                 f"{type(exc).__name__}: {exc} ({STRICT_HINT})") from exc
-            return st
+            return self._failed(feature, exc, strict, "install")
         records = self.ledger.records(feature.name)
         for record in records:
             self._reach[(feature.name, record.where)] = (_path_in(module, record.owner), record.attr)
@@ -427,6 +423,18 @@ class Runtime:
             if len(stack) > 1:
                 self.log.warning("feature.conflict", feature=feature.name, attribute=record.where,
                                  order=[r.feature for r in stack])
+        return st
+
+    def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureState:
+        """Record and report (``feature.failed``, with the traceback) that ``what`` raised
+        ``exc`` while installing ``feature``; in strict mode raise DriftError naming it."""
+        st = self._set(feature, "failed", detail=f"{type(exc).__name__}: {exc}")
+        self.log.error("feature.failed", feature=feature.name, target=feature.target,
+                       error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+                       strict=strict)
+        if strict:
+            raise DriftError(f"feature {feature.name!r}: {what} on {feature.target} raised "
+                             f"{type(exc).__name__}: {exc} ({STRICT_HINT})") from exc
         return st
 
     def uninstall(self, name: str | None = None) -> None:

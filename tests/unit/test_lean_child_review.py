@@ -1,0 +1,108 @@
+"""Adversarial review of the lean child (issue 11, commit 5e30fae): a child does not re-validate
+the declarations the launch checked (``CHECKED_BY_LAUNCH``), loads rooms where first used, and
+keeps records as ``typing.NamedTuple``. Each test is one instance of a kind that broke."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+import uuid
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from dsv41_flags import DriftError, Feature
+from dsv41_flags._declare import CHECKED_BY_LAUNCH
+
+CLI = str(Path(sys.executable).with_name("dsv41-flags"))
+
+
+# ------------------------------------ kind 1: a declaration that differs between parent and child
+#: field expressions evaluated in the launch (CHILD false) and in its child (CHILD true): the same
+#: verified bytes declare something else in the child. Before: target -> never hooked, silently
+#: unpatched; requires / engine -> an internal traceback out of the target's import; fixed_in,
+#: live -> ran a declaration nobody checked.
+DIFFERS = {
+    "target_invalid": 'target=(T if not CHILD else "no..such")',
+    "target_empty": 'target=(T if not CHILD else "")',
+    "requires_malformed": 'requires=(("Worker.forward",) if not CHILD else ("Worker.forward(((",))',
+    "engine_invalid": 'engine=("" if not CHILD else "sglang>=garbage!!")',
+    "engine_no_name": 'engine=("" if not CHILD else ">=1")',
+    "fixed_in_invalid": 'fixed_in=("" if not CHILD else "~=1")',
+    "live_differs": 'live=CHILD',
+}
+
+
+def _launch(tmp_path, field_expr: str, strict: bool):
+    target = f"demo_engine_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
+    feats = tmp_path / "features"
+    feats.mkdir()
+    fields = {"target": "target=T", "requires": 'requires=("Worker.forward",)', "engine": 'engine=""'}
+    fields[field_expr.split("=")[0]] = field_expr
+    (feats / "demo_cap.py").write_text(textwrap.dedent(f"""
+        import os
+        from dsv41_flags import Feature
+        CHILD = bool(os.environ.get("DSV41_SNAPSHOT"))
+        T = {target!r}
+        def install(module, ctx):
+            ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
+        FEATURE = Feature(name="demo_cap", install=install, summary="demo", {", ".join(fields.values())})
+    """))
+    (tmp_path / "settings.toml").write_text(
+        f'[default]\ndemo_cap = true\nstrict = {str(strict).lower()}\nfeatures_dir = "{feats}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    env.update(DSV41_SETTINGS=str(tmp_path / "settings.toml"), PYTHONPATH=str(tmp_path),
+               DSV41_LOG_FORMAT="json")
+    (tmp_path / "r.py").write_text(f"import {target}\nprint({target}.Worker().forward())\n")
+    proc = subprocess.run([CLI, "run", "--", sys.executable, "r.py"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    events = []
+    for line in proc.stderr.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            assert "Traceback" not in line, proc.stderr  # never an internal traceback
+    return proc, events
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("case", sorted(DIFFERS))
+def test_a_child_whose_declaration_differs_from_the_launch_says_so(tmp_path, case, strict):
+    proc, events = _launch(tmp_path, DIFFERS[case], strict)
+    names = [e.get("event") for e in events]
+    if strict:
+        assert proc.returncode == 3 and proc.stdout == "", proc.stderr
+        error = next(e for e in events if e.get("event") == "flags.error")
+        assert "declares something else here than in the launch" in error["cause"]
+        assert "demo_cap.py" in error["cause"]
+    else:  # refused, then resolved locally: validated there (flags.error) or run as checked there
+        assert "snapshot.refused" in names or "flags.error" in names, proc.stderr
+        if proc.stdout.strip() == "stock":
+            assert proc.returncode == 3 or {"feature.drifted", "feature.failed"} & set(names), proc.stderr
+
+
+def test_an_unvalidated_declaration_that_the_drift_check_cannot_read_is_a_reported_failure(make_runtime, tmp_path):
+    """Whatever reaches install without validation (a declaration built under CHECKED_BY_LAUNCH):
+    the drift check's parse error is ``feature.failed`` (strict: DriftError), not a traceback."""
+    rt = make_runtime("[default]\n", features_dir=tmp_path)
+    module = types.ModuleType("demo_target")
+    token = CHECKED_BY_LAUNCH.set(True)
+    try:
+        bad = {"requires": Feature(name="bad_req", target="demo_target", install=lambda m, c: None,
+                                   summary="s", requires=("X.y(((",), engine=""),
+               "engine": Feature(name="bad_engine", target="demo_target", install=lambda m, c: None,
+                                 summary="s", engine="sglang>=garbage!!")}
+    finally:
+        CHECKED_BY_LAUNCH.reset(token)
+    for feature in bad.values():
+        with capture_logs() as logs:
+            st = rt.install(feature, module)
+        assert st.state == "failed", st
+        assert [e["event"] for e in logs] == ["feature.failed"] and logs[0]["feature"] == feature.name
+    strict = make_runtime("[default]\nstrict = true\n", features_dir=tmp_path)
+    strict.value = lambda feature: True  # the flag is on: strict applies
+    with pytest.raises(DriftError, match="drift check on demo_target raised"):
+        strict.install(bad["requires"], module)
