@@ -9,6 +9,8 @@ an implementation detail.
 """
 from __future__ import annotations
 
+import os as _os
+import sys as _sys
 from typing import TYPE_CHECKING
 
 #: public name -> the module that defines it. Imported on first use (PEP 562 ``__getattr__``), so
@@ -65,6 +67,30 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
     globals()[name] = value
     return value
+
+
+def _finish_imports_before_fork() -> None:
+    """``os.register_at_fork(before=...)``: wait until every module of this package (and the
+    version parser it imports where first used) that another thread is importing right now is
+    imported. Rooms load where first used, so in any thread at any time (a target's import in a
+    worker thread); a child forked in the middle would inherit that module's import lock held by a
+    thread it does not have, and hang at its own first use of the room. Nothing is imported that
+    is not already being imported; any error is left to the importing thread."""
+    import importlib
+
+    for name, module in list(_sys.modules.items()):
+        if not (name.startswith("dsv41_flags.") or name.split(".")[0] == "packaging"):
+            continue
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and getattr(spec, "_initializing", False):
+            try:
+                importlib.import_module(name)  # blocks on its import lock until it is done
+            except Exception:
+                pass
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(before=_finish_imports_before_fork)
 
 
 def __dir__() -> list[str]:

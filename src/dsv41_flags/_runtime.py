@@ -356,6 +356,7 @@ class Runtime:
         parent's ranks dropped; ``flags.resolved`` emitted again on first use). The child inherits
         the parent's patches and hooks, so states and ledger stay true as they are."""
         self.pid = os.getpid()
+        self._lazy = threading.Lock()  # another thread of the parent may have held it at the fork
         self.announced = False
         self.context = ProcessContext()
         self.context.update(role="child")
