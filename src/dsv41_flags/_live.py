@@ -124,8 +124,8 @@ class Switchboard:
     def gate(self, feature: str, on: bool) -> Gate:
         """The gate of ``feature`` (created with ``on`` the first time)."""
         gate = self.gates.get(feature)
-        if gate is None:
-            gate = self.gates[feature] = Gate(feature, on)
+        if gate is None:  # created where first used (an install, a switch): maybe by two threads at
+            gate = self.gates.setdefault(feature, Gate(feature, on))  # once: one gate (atomic)
         return gate
 
     def last(self, feature: str) -> Toggle | None:

@@ -151,3 +151,35 @@ def test_a_fork_while_another_thread_first_imports_a_room_does_not_hang_the_chil
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0", (proc.stdout, proc.stderr)
+
+
+# ------------------------------- kind 3: objects created where first used, by two threads at once
+def test_a_live_gate_created_by_two_threads_at_once_is_one_gate(monkeypatch):
+    """The switchboard's gates are created where first used (a target's install in one thread, a
+    switch in another, since issue 11 no longer at arming): two gates for one feature meant the
+    patch read one while the switch set the other, a switch that silently changed nothing."""
+    import threading
+
+    from dsv41_flags import _live
+
+    both = threading.Barrier(2)
+
+    class SlowGate(_live.Gate):
+        __slots__ = ()
+
+        def __init__(self, feature, on):
+            super().__init__(feature, on)
+            try:
+                both.wait(timeout=2)  # both threads found no gate and are creating one
+            except threading.BrokenBarrierError:
+                pass
+
+    monkeypatch.setattr(_live, "Gate", SlowGate)
+    board = _live.Switchboard()
+    got = []
+    threads = [threading.Thread(target=lambda on=on: got.append(board.gate("f", on))) for on in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 2 and got[0] is got[1] is board.gates["f"]
