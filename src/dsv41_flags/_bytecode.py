@@ -4,8 +4,9 @@ Discovery executes the bytes it read (and hashed) itself, never a second read of
 import system's own bytecode cache cannot be used as is: its default pyc is validated by the
 source file's mtime and size, not by the bytes that run. This room uses the other pyc form the
 import system defines (PEP 552, "checked hash-based pyc"), under its own optimisation tag
-(``__pycache__/<stem>.<cache tag>.opt-dsv41.pyc`` beside the feature file, a name the interpreter
-neither reads nor writes). Its header holds ``importlib.util.source_hash`` of the source it was
+(``__pycache__/<stem>.<cache tag>.opt-dsv41o<N>.pyc`` beside the feature file, a name the
+interpreter neither reads nor writes; ``N`` is the optimisation level, ``-O`` / ``-OO``, which
+decides the code as much as the bytes do: asserts, ``__debug__`` and docstrings). Its header holds ``importlib.util.source_hash`` of the source it was
 compiled from; it is used only when that hash equals the hash of the verified bytes, its code
 names this file, and the file is a regular file owned by this user and writable by no one else.
 So what runs is always the compilation of the bytes that were hashed. Without it, compiling
@@ -26,8 +27,11 @@ from types import CodeType
 
 from ._files import FEATURE_MAX_BYTES, FileRefused, read_regular
 
-#: optimisation tag of the cache files (``importlib.util.cache_from_source(optimization=...)``)
-CACHE_TAG = "dsv41"
+#: optimisation tag of the cache files (``importlib.util.cache_from_source(optimization=...)``):
+#: one per optimisation level, as for the interpreter's own pycs (``opt-1``, ``opt-2``), since
+#: ``compile`` strips asserts and docstrings at ``-O`` / ``-OO``. ("o<N>": issue 11 review; the
+#: earlier untagged name held code compiled with this package's ``__future__`` flags.)
+CACHE_TAG = f"dsv41o{sys.flags.optimize}"
 #: PEP 552 flags: bit 0 hash-based, bit 1 check the source
 _CHECKED_HASH = (0b11).to_bytes(4, "little")
 #: largest cache file read (a feature file is capped at FEATURE_MAX_BYTES of source)

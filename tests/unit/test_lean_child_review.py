@@ -183,3 +183,26 @@ def test_a_live_gate_created_by_two_threads_at_once_is_one_gate(monkeypatch):
     for t in threads:
         t.join(10)
     assert len(got) == 2 and got[0] is got[1] is board.gates["f"]
+
+
+# ------------------------------ kind 4: the feature code cache keyed on less than what decides the code
+@pytest.mark.parametrize("first,then", [("-O", ""), ("", "-O"), ("-OO", "-O")])
+def test_code_cached_at_one_optimisation_level_never_runs_at_another(tmp_path, first, then):
+    """``compile`` strips asserts and folds ``__debug__`` at ``-O`` (and docstrings at ``-OO``):
+    the bytes alone do not decide the code. One cache for all levels meant a normal process ran
+    the feature without its asserts after a ``python -O`` process had written the cache."""
+    feat = tmp_path / "feat.py"
+    feat.write_bytes(b'"""doc"""\nX = (__debug__, globals().get("__doc__"))\n')
+    code = ("import sys\nfrom dsv41_flags._bytecode import code_of\nns = {}\n"
+            f"exec(code_of({str(feat)!r}, open({str(feat)!r}, 'rb').read()), ns)\n"
+            "print(repr(ns['X']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    runs = []
+    for opt in (first, then):
+        proc = subprocess.run([sys.executable, *([opt] if opt else []), "-c", code], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        runs.append(proc.stdout.strip())
+    expected = {"": "(True, 'doc')", "-O": "(False, 'doc')", "-OO": "(False, None)"}
+    assert runs == [expected[first], expected[then]]
+    assert len(list((tmp_path / "__pycache__").glob("feat.*.pyc"))) == 2  # one cache per level
