@@ -107,8 +107,14 @@ def declaration_digest(feature: Feature) -> str:
     they built the same declaration (reprs of str, bool, tuples and Options are deterministic)."""
     from dataclasses import fields
 
-    values = tuple((f.name, getattr(feature, f.name)) for f in fields(feature)
-                   if f.compare and f.name != "install")
+    def text(value: Any) -> str:
+        try:
+            return repr(value)
+        except Exception:  # a field of an unchecked type (a summary object whose repr raises)
+            return f"<unrepresentable {type(value).__qualname__}>"
+
+    values = [(f.name, text(getattr(feature, f.name))) for f in fields(feature)
+              if f.compare and f.name != "install"]
     return hashlib.sha256(repr(values).encode("utf-8", "backslashreplace")).hexdigest()
 
 
