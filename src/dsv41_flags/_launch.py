@@ -17,7 +17,7 @@ the variable as untrusted text:
   ``dsv41_flags.features``; a feature file only when it lies in the launch's features directory
   and its content still has the sha256 the launch recorded (the verified bytes are what runs, so a
   file edited during the launch is refused and every rank runs the code the launch chose);
-* declarations: the launch records a digest of every feature's declaration (``declaration_digest``:
+* declarations: the launch records every feature's declaration (``declaration_of``: the repr of
   every field but ``install`` and where it came from) and a child's must equal it. A child does not
   re-validate name, target, requires and ranges (``CHECKED_BY_LAUNCH``): that is sound only for
   the declarations the launch checked, and the same bytes can declare something else in another
@@ -67,8 +67,8 @@ class Launch(NamedTuple):
     feature files were read from (None: none); feature_files: ``((path, sha256), ...)`` of every
     feature file imported; entry_points: ``((name, value), ...)`` of group
     ``dsv41_flags.features`` loaded; pid: pid of the launching process; env: its ``DSV41_*``
-    variables (``DSV41_SNAPSHOT`` excluded); declarations: ``((feature name,
-    declaration_digest), ...)`` of every feature, sorted.
+    variables (``DSV41_SNAPSHOT`` excluded); declarations: feature name -> ``declaration_of``
+    (field -> repr) of every feature.
     """
 
     resolution: Resolution
@@ -78,7 +78,7 @@ class Launch(NamedTuple):
     entry_points: tuple[tuple[str, str], ...] = ()
     pid: int | None = None
     env: Mapping[str, str] = EMPTY
-    declarations: tuple[tuple[str, str], ...] = ()
+    declarations: Mapping[str, Mapping[str, str]] = EMPTY
 
     @classmethod
     def of(cls, resolution: Resolution, fingerprint: Fingerprint, features: Sequence[Feature],
@@ -97,14 +97,14 @@ class Launch(NamedTuple):
                 "features_dir": self.features_dir,
                 "feature_files": [list(p) for p in self.feature_files],
                 "entry_points": [list(p) for p in self.entry_points],
-                "declarations": [list(p) for p in self.declarations]}
+                "declarations": {n: dict(d) for n, d in self.declarations.items()}}
 
 
-def declaration_digest(feature: Feature) -> str:
-    """Hex sha256 of what ``feature`` declares: the repr of every compared field but ``install``
-    (a function: its repr names an address), i.e. name, target, summary, requires, engine,
-    fixed_in, volatile, options, refs, after, default, live. Equal in two processes exactly when
-    they built the same declaration (reprs of str, bool, tuples and Options are deterministic)."""
+def declaration_of(feature: Feature) -> dict[str, str]:
+    """Field -> repr of what ``feature`` declares: every compared field but ``install`` (a
+    function: its repr names an address), i.e. name, target, summary, requires, engine, fixed_in,
+    volatile, options, refs, after, default, live. Equal in two processes exactly when they built
+    the same declaration (reprs of str, bool, tuples and Options are deterministic)."""
     from dataclasses import fields
 
     def text(value: Any) -> str:
@@ -113,14 +113,13 @@ def declaration_digest(feature: Feature) -> str:
         except Exception:  # a field of an unchecked type (a summary object whose repr raises)
             return f"<unrepresentable {type(value).__qualname__}>"
 
-    values = [(f.name, text(getattr(feature, f.name))) for f in fields(feature)
-              if f.compare and f.name != "install"]
-    return hashlib.sha256(repr(values).encode("utf-8", "backslashreplace")).hexdigest()
+    return {f.name: text(getattr(feature, f.name)) for f in fields(feature)
+            if f.compare and f.name != "install"}
 
 
-def declarations_of(features: Sequence[Feature]) -> tuple[tuple[str, str], ...]:
-    """``((name, declaration_digest), ...)`` of ``features``, sorted by name."""
-    return tuple(sorted((f.name, declaration_digest(f)) for f in features))
+def declarations_of(features: Sequence[Feature]) -> dict[str, dict[str, str]]:
+    """Feature name -> ``declaration_of`` of each of ``features``."""
+    return {f.name: declaration_of(f) for f in features}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -266,7 +265,9 @@ def decode(raw: str) -> dict:
     _need(data, "features_dir", (str, type(None)), "snapshot")
     _pairs(_need(data, "feature_files", list, "snapshot"), "snapshot.feature_files", is_sha256)
     _pairs(_need(data, "entry_points", list, "snapshot"), "snapshot.entry_points")
-    _pairs(_need(data, "declarations", list, "snapshot"), "snapshot.declarations", is_sha256)
+    declarations = _need(data, "declarations", dict, "snapshot")
+    for name, declared in declarations.items():
+        _str_map(declared, f"snapshot.declarations[{name!r}]")
     fp = _need(data, "fingerprint", dict, "snapshot")
     digest = _need(fp, "digest", str, "snapshot.fingerprint")
     if not is_sha256(digest):
@@ -421,7 +422,7 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     sources = verified_sources(data)
     fdir = Path(data["features_dir"]) if data["features_dir"] else None
     features = discover_features(fdir, entry_points=eps, sources=sources, checked=True)
-    _same_declarations(features, _pairs(data["declarations"], "snapshot.declarations", is_sha256))
+    _same_declarations(features, data["declarations"])
     res = data["resolution"]
     by_key = {k: f for f in features for k in f.keys()}
     values: dict[str, Resolved] = {}
@@ -448,22 +449,28 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     return launch, features
 
 
-def _same_declarations(features: Sequence[Feature], recorded: Sequence[tuple[str, str]]) -> None:
+def _same_declarations(features: Sequence[Feature], recorded: Mapping[str, Mapping[str, str]]) -> None:
     """Refuse (SnapshotError) unless ``features`` (built here from the verified code, without
-    re-validation) declare exactly what the launch checked: same names, same declaration digests."""
-    want = dict(recorded)
+    re-validation) declare exactly what the launch checked: the same features, field by field.
+    The message names each field that differs, with its value here and in the launch."""
     here = {f.name: f for f in features}
     where = {f.name: f.source or ":".join(f.entry_point) or "?" for f in features}
     hint = ("a declaration must depend only on its file's bytes (not on the environment, the time, "
             "the process or a random number): fix the feature, then relaunch")
-    for name in sorted(set(here) - set(want)):
+    for name in sorted(set(here) - set(recorded)):
         raise _fail(f"feature {name!r} ({where[name]}) is declared here but not by the launch "
-                    f"(the launch declared {', '.join(map(repr, sorted(want))) or 'none'})", hint)
-    for name in sorted(set(want) - set(here)):
+                    f"(the launch declared {', '.join(map(repr, sorted(recorded))) or 'none'})", hint)
+    for name in sorted(set(recorded) - set(here)):
         raise _fail(f"feature {name!r} of the launch is not declared here", hint)
     for name, feature in sorted(here.items()):
-        if declaration_digest(feature) != want[name]:
+        mine, theirs = declaration_of(feature), recorded[name]
+        differ = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+        if differ:
             raise _fail(f"feature {name!r} ({where[name]}) declares something else here than in the "
-                        f"launch (target {feature.target!r}, requires {feature.requires!r}, engine "
-                        f"{feature.engine!r}, fixed_in {feature.fixed_in!r}, live {feature.live!r})",
-                        hint)
+                        "launch: " + "; ".join(f"{k} = {_clip(mine.get(k, '(none)'))} here, "
+                                               f"{_clip(theirs.get(k, '(none)'))} in the launch"
+                                               for k in differ), hint)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 120 else text[:117] + "..."

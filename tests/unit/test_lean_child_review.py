@@ -76,8 +76,9 @@ def test_a_child_whose_declaration_differs_from_the_launch_says_so(tmp_path, cas
     if strict:
         assert proc.returncode == 3 and proc.stdout == "", proc.stderr
         error = next(e for e in events if e.get("event") == "flags.error")
-        assert "declares something else here than in the launch" in error["cause"]
+        assert "declares something else here than in the launch: " in error["cause"]
         assert "demo_cap.py" in error["cause"]
+        assert f"{DIFFERS[case].split('=')[0]} = " in error["cause"]  # names the field that differs
     else:  # refused, then resolved locally: validated there (flags.error) or run as checked there
         assert "snapshot.refused" in names or "flags.error" in names, proc.stderr
         if proc.stdout.strip() == "stock":
