@@ -40,6 +40,11 @@ class SettingsError(FlagsError):
         lines = "\n".join(f"  - {p.message}" for p in self.problems)
         super().__init__(f"{len(self.problems)} settings problem(s):\n{lines}")
 
+    def __reduce__(self):
+        """Pickled with its problems (a multiprocessing worker's error reaches its parent whole;
+        the default would call ``SettingsError(message)`` and fail on the text)."""
+        return (type(self), (self.problems,))
+
 
 class DriftError(FlagsError, RuntimeError):
     """Strict mode: an armed feature drifted or its install failed.

@@ -207,3 +207,22 @@ def test_code_cached_at_one_optimisation_level_never_runs_at_another(tmp_path, f
     expected = {"": "(True, 'doc')", "-O": "(False, 'doc')", "-OO": "(False, None)"}
     assert runs == [expected[first], expected[then]]
     assert len(list((tmp_path / "__pycache__").glob("feat.*.pyc"))) == 2  # one cache per level
+
+
+# --------------------------------------------- kind 5: records and errors crossing a process boundary
+def test_errors_and_records_survive_pickling_as_multiprocessing_sends_them():
+    """Records are NamedTuples now; errors carry them. What a spawned worker raises or returns is
+    pickled to its parent: SettingsError came back as an unpickling AttributeError."""
+    import pickle
+
+    from dsv41_flags import (ActivationError, DeclarationError, DriftError, FeatureState, Problem,
+                             SettingsError, SnapshotError, SwitchError)
+
+    problems = [Problem("FOLDED_FENCE", "env DSV41_FOLDED_FENCE", "bad value 'maybe'", "error")]
+    err = pickle.loads(pickle.dumps(SettingsError(problems)))
+    assert type(err) is SettingsError and err.problems == problems and str(err) == str(SettingsError(problems))
+    for exc in (SnapshotError("s"), DeclarationError("d"), DriftError("x"), ActivationError("a"), SwitchError("w")):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and str(back) == str(exc)
+    st = FeatureState("f", "installed", True, "default", "t", patches=("A.b",))
+    assert pickle.loads(pickle.dumps(st)) == st
