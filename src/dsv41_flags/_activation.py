@@ -39,14 +39,15 @@ _ACTIVATING: tuple[int, Runtime | None] | None = None
 _PARTIAL: tuple[int, Runtime] | None = None
 
 
-def activate(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
-             *, role: str | None = None, context: Mapping[str, Any] | None = None,
+def activate(settings_files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+             profile: str | None = None, *, role: str | None = None, context: Mapping[str, Any] | None = None,
              export: bool = True) -> Runtime:
     """Activate the framework in this process and return its runtime.
 
     Once per process and thread-safe: a second call (any thread) returns the same runtime
     (arguments given to it are ignored, with an ``activate.arguments_ignored`` warning).
-    settings_files: paths of settings files (default search: see ``_settings``); profile: profile
+    settings_files: a settings file path (str or os.PathLike) or a list of them (default None:
+    the usual search, see ``_settings``); profile: profile
     name (default ``DSV41_ENV``, else ``default``); role: process role added to every event
     (default ``launcher`` in the process that resolved the launch, else ``child``); context: more
     fields for every event from the first one on (``tp_rank``, ``pp_rank``, ...); export: hand the
@@ -225,6 +226,11 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
     if not isinstance(exc, Exception):
         outcome = (f"interrupted: {type(exc).__name__} propagates; every later activate() in this "
                    f"process raises ActivationError")
+    elif entry == "activate":  # a direct call: the exception goes to its caller, who decides
+        outcome = (f"raised {type(exc).__name__} to the caller of activate() ("
+                   + ("strict" if strict else "non-strict") + " mode; "
+                   + ("features as in 'states'" if rt is not None
+                      else "no feature is applied in this process") + ")")
     else:
         outcome = (f"stopped: exit status {EXIT_STRICT} (strict mode)" if strict else
                    "running: " + ("every feature as in 'states'" if rt is not None

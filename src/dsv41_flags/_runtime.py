@@ -678,6 +678,7 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     Raises SettingsError (every problem listed), DeclarationError or SnapshotError.
     """
     environ = os.environ if environ is None else environ
+    settings_files = settings_file_list(settings_files)
     use = use_snapshot and settings_files is None and profile is None
     raw = environ.get(SNAPSHOT_VAR, "") if use else ""
     refused: SnapshotError | None = None
@@ -718,6 +719,26 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         rt.snapshot_refused = (f"{refused}: strict = false, so the settings were resolved in this "
                                f"process instead (the launch's values may differ from these)")
     return rt
+
+
+def settings_file_list(value: Any) -> list[str | os.PathLike] | None:
+    """``settings_files`` as given to ``activate`` / ``build``: None (search as usual), one path
+    (``str`` or ``os.PathLike``) or a sequence of paths; returns a list (or None). Raises
+    SettingsError naming the argument, its value and what is accepted for anything else (a
+    ``str`` is one path, never a sequence of one-letter paths)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    items = list(value) if isinstance(value, (list, tuple)) else None
+    if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
+        from ._errors import Problem, SettingsError
+
+        shown = repr(value) if len(repr(value)) <= 120 else repr(value)[:117] + "..."
+        raise SettingsError([Problem("SETTINGS", "argument settings_files", (
+            f"settings_files={shown} is not accepted: give one path (str or os.PathLike), a list "
+            f"or tuple of paths, or None to search for settings.toml as usual"))])
+    return items
 
 
 def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:

@@ -237,9 +237,9 @@ def find_settings_files(explicit: list[str | os.PathLike] | None = None,
     resolved = []
     for p in paths:
         p = (cwd / p) if not p.is_absolute() else p
-        found = _check_file(p, how)
-        local = local_companion(p)
-        if not found and (local.exists() or local.is_symlink()):
+        found = _check_file(p, how)  # a directory ("/" too: no file name) is refused here
+        local = local_companion(p) if not found else None
+        if local is not None and (local.exists() or local.is_symlink()):
             found = _check_file(local, f"beside {p}")
         if not found:
             try:

@@ -260,12 +260,13 @@ def test_item2_keyboard_interrupt_during_activation_is_latched_and_reported(demo
 def test_item3_target_still_importing_in_another_thread_installs_when_the_import_completes(demo):
     (demo.dir / f"{demo.target}.py").write_text(
         "class Worker:\n    def forward(self):\n        return 'stock'\n"
-        "import time\ntime.sleep(0.8)\n"
+        "import time\ntime.sleep(3)\n"
         "class Worker:\n    def forward(self):\n        return 'stock'\n")
     proc = run_py(demo, f"""
-        import threading, time, dsv41_flags
+        import sys, threading, time, dsv41_flags
         t = threading.Thread(target=__import__, args=({demo.target!r},)); t.start()
-        time.sleep(0.3)
+        while {demo.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
+            time.sleep(0.01)
         rt = dsv41_flags.activate()
         print(rt.states()[0].state)
         t.join()
