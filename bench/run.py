@@ -129,10 +129,18 @@ def details_text(results: dict, markdown: bool) -> str:
 
 
 def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
-    only = None
-    if "--only" in argv:
-        only = set(argv[argv.index("--only") + 1].split(","))
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="./dev bench", description=__doc__.split("\n")[0],
+                                     epilog="Writes bench/out/last.md and bench/out/last.json.")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument("--only", metavar="N,N", help="run only these benchmarks, e.g. 1,3 (of "
+                        + ",".join(b[0] for b in BENCHMARKS) + ")")
+    args = parser.parse_args(argv)  # --help prints this and exits; an unknown option exits 2
+    quick = args.quick
+    only = set(args.only.split(",")) if args.only else None
+    if only is not None and not only <= {b[0] for b in BENCHMARKS}:
+        parser.error(f"--only {args.only}: no benchmark {', '.join(sorted(only - {b[0] for b in BENCHMARKS}))}")
     info = machine()
     results: dict[str, dict] = {}
     crashed = []

@@ -637,8 +637,9 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
 
     With --engine (the upgrade gate): one row per feature, one column per release, each cell ok,
     drifted (with the closest existing name), undecided, out-of-range, fixed-upstream or
-    unreadable. Exit 1 on drift, or when a checked feature would not install on a named release."""
-    features, resolution, fdir = _load(settings, profile, as_json, allow_problems=True)
+    unreadable. Exit 1 on drift, on a settings error (which features a boot arms is then unknown,
+    as it would stop), or when a checked feature would not install on a named release."""
+    features, resolution, fdir = _load(settings, profile, as_json)
     chosen = [f for f in features if all_ or resolution.flag(f)]
     if engine:
         if live:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import typer
 
-from ._live import SwitchError, parse_assignment
+from ._live import SwitchError, parse_assignment, parse_value
 
 
 def _rank(entry: dict) -> str:
@@ -25,15 +25,35 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def check_url(url: str, err) -> None:
+    """Exit 2 (a usage error, nothing sent) unless ``url`` is an ``http://`` or ``https://`` URL
+    with a host: ``127.0.0.1:30000`` is answered with the URL to write instead."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        ok = parts.scheme in ("http", "https") and bool(parts.netloc)
+    except ValueError:
+        ok = False
+    if not ok:
+        hint = url.strip().split("://", 1)[-1] or "HOST:PORT"
+        err.print(f"error: --url {url!r} is not an http:// URL of the engine server; write "
+                  f"--url http://{hint}", style="red")
+        raise typer.Exit(2)
+
+
 def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, err,
                emit_json: Callable[[Any], None]) -> None:
     """Send the switch to the server; print the per-rank outcome. Exits 1 when refused or
-    unreachable, 2 when ``assignment`` is not NAME=VALUE."""
+    unreachable, 2 when ``assignment`` is not NAME=VALUE with an on/off value or ``url`` is not
+    an http:// URL (nothing is sent then)."""
     try:
         name, value = parse_assignment(assignment)
+        parse_value(name, value)  # a value no rank could take is refused here, before sending
     except SwitchError as exc:
         err.print(f"error: {exc}", style="red")
         raise typer.Exit(2) from None
+    check_url(url, err)
     from ._engine import adapter
 
     try:
@@ -59,7 +79,9 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, er
 
 def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], None]) -> None:
     """Print what each scheduler rank (and the server process) has on now. Exits 1 when the server
-    cannot be asked or its ranks are on different generations."""
+    cannot be asked or its ranks are on different generations (``generations_agree`` is null
+    when no rank answered); 2 when ``url`` is not an http:// URL."""
+    check_url(url, err)
     from ._engine import adapter
 
     try:
@@ -68,7 +90,7 @@ def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], 
         data = {"ok": False, "error": str(exc), "ranks": []}
     ranks = data.get("ranks") or []
     generations = sorted({r.get("generation") for r in ranks})
-    data["generations_agree"] = len(generations) <= 1
+    data["generations_agree"] = len(generations) <= 1 if ranks else None
     if as_json:
         emit_json(data)
     else:
@@ -89,5 +111,5 @@ def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], 
                 out.print(f"    switch generation {t['generation']}: {t['feature']} "
                           f"{'on' if t['old'] else 'off'} -> {'on' if t['new'] else 'off'} by "
                           f"{t['requested_by']} at step {t['step']} ({t['at']})")
-    if not data.get("ok") or not data["generations_agree"]:
+    if not data.get("ok") or data["generations_agree"] is False:
         raise typer.Exit(1)

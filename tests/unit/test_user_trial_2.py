@@ -69,3 +69,38 @@ def test_direct_activate_failure_says_it_raised_to_the_caller(tmp_path):
     assert err["entry"] == "activate"
     assert err["outcome"].startswith("raised SettingsError to the caller of activate() (strict mode")
     assert "exit status" not in err["outcome"]
+
+
+# ------------------------------------------------------------------ 1: check and settings errors
+@pytest.mark.parametrize("args", [[], ["--json"], ["--all"], ["--all", "--json"]])
+@pytest.mark.parametrize("bad", [{"DSV41_FOLDED_FENCE": "maybe"}, {"DSV41_FOLDED_FENSE": "1"}])
+def test_check_fails_on_a_settings_error_like_every_command(args, bad):
+    """A CI gate running ``check`` must not pass on a broken launch: which features a boot arms is
+    unknown when it would stop on its settings."""
+    proc = subprocess.run([CLI, "check", *args], env=_env(**bad), capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    if "--json" in args:
+        data = json.loads(proc.stdout)
+        var = next(iter(bad))
+        assert data["ok"] is False and [p["key"] for p in data["problems"]] in ([var], [var[6:]])
+
+
+# --------------------------------------------------------- 5: set / status --url refuse locally
+@pytest.mark.parametrize("args,needle", [
+    (["set", "folded_fence=maybe", "--url", "http://127.0.0.1:9"], "the value is not one of"),
+    (["set", "folded_fence=", "--url", "http://127.0.0.1:9"], "the value is not one of"),
+    (["set", "folded_fence=on", "--url", "127.0.0.1:30000"], "write --url http://127.0.0.1:30000"),
+    (["status", "--url", "127.0.0.1:30000"], "write --url http://127.0.0.1:30000"),
+    (["status", "--url", "ftp://h:1"], "is not an http:// URL"),
+])
+def test_set_and_remote_status_refuse_what_no_server_could_take_before_sending(args, needle):
+    proc = subprocess.run([CLI, *args], env=_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and needle in proc.stderr and "cannot reach" not in proc.stderr
+
+
+def test_remote_status_with_no_rank_answering_does_not_claim_agreement():
+    proc = subprocess.run([CLI, "status", "--url", "http://127.0.0.1:9", "--json"], env=_env(),
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 1 and data["ok"] is False and data["generations_agree"] is None
