@@ -51,7 +51,10 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, er
         name, value = parse_assignment(assignment)
         parse_value(name, value)  # a value no rank could take is refused here, before sending
     except SwitchError as exc:
-        err.print(f"error: {exc}", style="red")
+        if as_json:
+            emit_json({"ok": False, "error": str(exc)})
+        else:
+            err.print(f"error: {exc}", style="red")
         raise typer.Exit(2) from None
     check_url(url, err)
     from ._engine import adapter

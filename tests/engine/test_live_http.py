@@ -154,9 +154,13 @@ def test_set_refuses_a_feature_that_is_not_live_safe(server):
 
 
 def test_set_with_a_bad_value_or_body_is_a_clear_400(server):
-    res = _cli("set", "folded_fence=maybe", "--url", server.url, "--json")
-    assert res.exit_code == 1
+    res = _cli("set", "folded_fence=maybe", "--url", server.url, "--json")  # refused before sending
+    assert res.exit_code == 2
     assert "switch folded_fence='maybe': the value is not one of" in json.loads(res.stdout)["error"]
+    from dsv41_flags._sglang import http_set
+
+    answer = http_set(server.url, "folded_fence", "maybe", "t")  # the server refuses it too
+    assert answer["ok"] is False and "switch folded_fence='maybe': the value is not one of" in answer["error"]
     req = urllib.request.Request(server.url + SET_PATH, data=b"[1]", method="POST",
                                  headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as exc:
