@@ -136,6 +136,9 @@ class Feature:
             raise DeclarationError(f"{where}: target {self.target!r} is not a dotted module name")
         if not callable(self.install):
             raise DeclarationError(f"{where}: install {self.install!r} is not callable")
+        if not isinstance(self.summary, str):
+            raise DeclarationError(f"{where}: summary must be a str (one line), got "
+                                   f"{type(self.summary).__name__} {self.summary!r}")
         for attr in ("requires", "volatile", "options", "refs", "after"):
             value = getattr(self, attr)
             if not isinstance(value, tuple):  # frozen: a list would stay mutable inside it

@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from ._declare import Feature
 from ._discovery import install_order
@@ -113,32 +113,36 @@ class Runtime:
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
         self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
 
+    def _once(self, attr: str, make: Callable[[], Any]) -> Any:
+        """``self.<attr>``, set to ``make()`` by the first caller (one object even when threads
+        race for it)."""
+        value = getattr(self, attr)
+        if value is None:
+            with self._lazy:
+                value = getattr(self, attr)
+                if value is None:
+                    value = make()
+                    setattr(self, attr, value)
+        return value
+
     @property
     def ledger(self) -> "Ledger":
         """The patch ledger of this process (``_patch.Ledger``), created on first use."""
-        ledger = self._ledger
-        if ledger is None:
-            from ._patch import Ledger
+        if self._ledger is not None:
+            return self._ledger
+        from ._patch import Ledger
 
-            with self._lazy:
-                if self._ledger is None:
-                    self._ledger = Ledger()
-                ledger = self._ledger
-        return ledger
+        return self._once("_ledger", Ledger)
 
     @property
     def live(self) -> "Switchboard":
         """The live features' gates, generation and switch history (``_live.Switchboard``),
         created on first use."""
-        live = self._live
-        if live is None:
-            from ._live import Switchboard
+        if self._live is not None:
+            return self._live
+        from ._live import Switchboard
 
-            with self._lazy:
-                if self._live is None:
-                    self._live = Switchboard()
-                live = self._live
-        return live
+        return self._once("_live", Switchboard)
 
     # ------------------------------------------------------------------ the launch
     @property

@@ -104,3 +104,11 @@ def test_remote_status_with_no_rank_answering_does_not_claim_agreement():
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     data = json.loads(proc.stdout)
     assert proc.returncode == 1 and data["ok"] is False and data["generations_agree"] is None
+
+
+@pytest.mark.parametrize("summary", [None, 3, ("a",), b"x"])
+def test_a_summary_that_is_not_text_is_a_declaration_error(summary):
+    from dsv41_flags import DeclarationError, Feature
+
+    with pytest.raises(DeclarationError, match=r"feature 'x': summary must be a str \(one line\), got"):
+        Feature(name="x", target="json", install=lambda m, c: None, summary=summary, engine="")
