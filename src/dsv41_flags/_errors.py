@@ -1,5 +1,7 @@
 """Exception classes. Every message names the offending feature, key, value and origin."""
 
+import os
+import sys
 from typing import NamedTuple
 
 
@@ -63,3 +65,16 @@ class SnapshotError(FlagsError):
 class ActivationError(FlagsError):
     """An earlier activation of this process failed; ``activate()`` raises it again on retry
     (a half-armed runtime is never handed out). ``__cause__`` is the original error."""
+
+
+def stop_unloadable(what: str, exc: BaseException) -> None:
+    """The package or its engine adapter cannot be loaded, so no structured event is possible:
+    write one ``flags.error`` line on stderr (``what`` raised ``exc``), then stop the process with
+    exit status 3 (SystemExit) unless ``DSV41_STRICT`` is off; returns only then. An engine's
+    plugin loader swallows an exception and would boot with nothing applied."""
+    sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin {what} raised "
+                     f"{type(exc).__name__}: {exc}\n")
+    sys.stderr.flush()
+    if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
+        return
+    raise SystemExit(3) from None

@@ -12,18 +12,13 @@ def load() -> None:
     package or its adapter cannot even be loaded, say so on stderr and, unless ``DSV41_STRICT`` is
     off, stop the process (exit 3): the engine's loader would swallow an exception and boot with
     nothing applied."""
-    import os
-    import sys
-
     try:
         from ._engine import adapter
 
         entry = adapter().plugin_entry
     except Exception as exc:
-        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin loading the engine "
-                         f"adapter raised {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
-        if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
-            return
-        raise SystemExit(3) from None
+        from ._errors import stop_unloadable
+
+        stop_unloadable("loading the engine adapter", exc)
+        return
     entry()

@@ -803,12 +803,10 @@ def load() -> None:
     try:
         from ._activation import EXIT_STRICT, activate_entry, fail
     except Exception as exc:  # the package itself is broken here: no event possible
-        sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin importing "
-                         f"dsv41_flags raised {type(exc).__name__}: {exc}\n")
-        sys.stderr.flush()
-        if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
-            return
-        raise SystemExit(3) from None
+        from ._errors import stop_unloadable
+
+        stop_unloadable("importing dsv41_flags", exc)
+        return
 
     try:
         ctx = caller_context()
