@@ -22,7 +22,7 @@ from ._names import RESERVED, suggest
 from ._fingerprint import compute, prefix_sources
 from ._launch import Launch
 from ._runtime import Runtime, resolve_launch
-from ._settings import _jsonable
+from ._resolution import _jsonable
 
 
 try:  # typer >= 0.2x coerces every parameter through a pydantic TypeAdapter (see _plain_values)

@@ -24,7 +24,7 @@ from ._names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SET
                      SNAPSHOT_VAR, suggest)
 from ._errors import Problem, SettingsError
 from ._files import SETTINGS_MAX_BYTES, FileRefused, read_regular
-from ._resolution import Resolution, Resolved, _jsonable  # noqa: F401  (re-exported)
+from ._resolution import Resolution, Resolved
 from ._values import CastError, cast, cast_bool, check_file_value
 
 DEFAULT_PROFILE = "default"

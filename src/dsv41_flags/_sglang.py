@@ -85,7 +85,6 @@ from ._live import BUILTIN, SwitchError, check_declared, feature_name, process_s
 
 ENGINE = "sglang 0.5.23"
 _ENV_SRC = "sglang/srt/environ.py"
-_ARGS_SRC = "sglang server_args (arg_groups/fields)"
 
 #: prefix -> why the engine reads it
 ENV_PREFIXES: dict[str, str] = {

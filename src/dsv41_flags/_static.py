@@ -43,7 +43,7 @@ from typing import Any
 from ._declare import Feature
 from ._requires import Require
 from ._drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
-from ._sources import _COMPILED, InstalledView, SourceView, find_in_dir, locate  # noqa: F401
+from ._sources import _COMPILED, InstalledView, SourceView
 
 _MAX_FOLLOW = 8
 #: non-stdlib modules safe to import for live introspection (no side effects, fast)
@@ -1069,8 +1069,3 @@ def check_feature(feature: Feature, checker: Checker | None = None) -> StaticRes
     """Check every ``requires`` entry of ``feature`` against the target's source (no import);
     ``checker`` defaults to one over the installed environment."""
     return (checker or Checker()).check(feature)
-
-
-def check_require(target: str, req: Require, checker: Checker | None = None) -> Verdict:
-    """The verdict for one requires entry on ``target`` (installed source by default)."""
-    return (checker or Checker()).verdict(target, req)
