@@ -157,17 +157,26 @@ def test_a_live_feature_whose_patch_is_not_in_place_cannot_be_switched(target, m
         rt.switch("fence", False, requested_by="t")
 
 
-def test_a_live_feature_off_at_boot_that_drifts_does_not_stop_a_strict_process(tmp_path, monkeypatch, make_runtime):
-    name = f"live_drift_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text("class Verify:\n    pass\n")
+def _live_fence(tmp_path, monkeypatch, prefix: str, target_src: str, install_body: str,
+                more: str) -> tuple[str, object]:
+    """A target module of a fresh name (``target_src``) on sys.path and a features dir with a live
+    feature ``fence`` on it (install body ``install_body``, more Feature arguments ``more``)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(target_src)
     monkeypatch.syspath_prepend(str(tmp_path))
     fdir = tmp_path / "feats"
     fdir.mkdir()
     (fdir / "fence.py").write_text(
         "from dsv41_flags import Feature\n"
-        "def install(module, ctx):\n    pass\n"
+        f"def install(module, ctx):\n    {install_body}\n"
         f"FEATURE = Feature(name='fence', target={name!r}, install=install, summary='d', engine='',"
-        " requires=('Verify.accept',), live=True)\n")
+        f"{more} live=True)\n")
+    return name, fdir
+
+
+def test_a_live_feature_off_at_boot_that_drifts_does_not_stop_a_strict_process(tmp_path, monkeypatch, make_runtime):
+    name, fdir = _live_fence(tmp_path, monkeypatch, "live_drift", "class Verify:\n    pass\n",
+                             "pass", " requires=('Verify.accept',),")
     rt = make_runtime("[default]\nstrict = true\n", features_dir=fdir)
     rt.arm()
     with capture_logs() as logs:
@@ -180,16 +189,8 @@ def test_a_live_feature_off_at_boot_that_drifts_does_not_stop_a_strict_process(t
 
 
 def test_live_patch_of_a_non_callable_fails_the_install(tmp_path, monkeypatch, make_runtime):
-    name = f"live_const_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text("LIMIT = 3\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    fdir = tmp_path / "feats"
-    fdir.mkdir()
-    (fdir / "fence.py").write_text(
-        "from dsv41_flags import Feature\n"
-        "def install(module, ctx):\n    ctx.patch(module, 'LIMIT', lambda old: 5)\n"
-        f"FEATURE = Feature(name='fence', target={name!r}, install=install, summary='d', engine='',"
-        " live=True)\n")
+    name, fdir = _live_fence(tmp_path, monkeypatch, "live_const", "LIMIT = 3\n",
+                             "ctx.patch(module, 'LIMIT', lambda old: 5)", "")
     rt = make_runtime("[default]\nstrict = false\nfence = true\n", features_dir=fdir)
     rt.arm()
     mod = __import__(name)
