@@ -72,9 +72,16 @@ def stop_unloadable(what: str, exc: BaseException) -> None:
     write one ``flags.error`` line on stderr (``what`` raised ``exc``), then stop the process with
     exit status 3 (SystemExit) unless ``DSV41_STRICT`` is off; returns only then. An engine's
     plugin loader swallows an exception and would boot with nothing applied."""
-    sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin {what} raised "
-                     f"{type(exc).__name__}: {exc}\n")
-    sys.stderr.flush()
+    line = (f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin {what} raised "
+            f"{type(exc).__name__}: {exc}\n")
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except Exception:  # stderr closed, replaced or full: the descriptor, else nothing
+        try:
+            os.write(2, line.encode("utf-8", "backslashreplace"))
+        except OSError:
+            pass
     if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
         return
     raise SystemExit(3) from None

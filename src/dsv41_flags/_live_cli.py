@@ -25,21 +25,40 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def check_url(url: str, err) -> None:
-    """Exit 2 (a usage error, nothing sent) unless ``url`` is an ``http://`` or ``https://`` URL
-    with a host: ``127.0.0.1:30000`` is answered with the URL to write instead."""
+def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], None] | None = None) -> str:
+    """``url`` as it will be used: an ``http://`` or ``https://`` URL of a server, with a host, an
+    optional port in 1..65535 and an optional path, no query, fragment, user, space or control
+    character. Anything else exits 2 (a usage error: nothing is sent), with a JSON answer under
+    ``--json``; a bare ``HOST:PORT`` is answered with the URL to write instead."""
     from urllib.parse import urlsplit
 
+    why = ""
     try:
-        parts = urlsplit(url.strip())
-        ok = parts.scheme in ("http", "https") and bool(parts.netloc)
-    except ValueError:
-        ok = False
-    if not ok:
-        hint = url.strip().split("://", 1)[-1] or "HOST:PORT"
-        err.print(f"error: --url {url!r} is not an http:// URL of the engine server; write "
-                  f"--url http://{hint}", style="red")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            why = "it does not start with http:// or https://"
+        elif not url.isprintable() or any(c.isspace() for c in url):
+            why = "it contains a space or a control character"
+        elif not parts.hostname or "@" in parts.netloc:
+            why = "it names no host (HOST or HOST:PORT)"
+        elif parts.query or parts.fragment:
+            why = "it has a query or a fragment (the server's address only)"
+        elif not 0 < (parts.port or 80) < 65536:
+            why = "its port is not in 1..65535"
+        else:
+            parts.hostname.encode("idna")
+    except (ValueError, UnicodeError) as exc:  # a bad port, an unclosed [IPv6, an IDNA label
+        why = f"it cannot be parsed ({exc})"
+    if why:
+        plain = "://" not in url and url.replace(".", "").replace(":", "").isalnum()
+        hint = f"; write --url http://{url}" if plain else "; write --url http://HOST:PORT"
+        message = f"--url {url!r} is not an http:// URL of the engine server: {why}{hint}"
+        if as_json and emit_json is not None:
+            emit_json({"ok": False, "error": message})
+        else:
+            err.print(f"error: {message}", style="red")
         raise typer.Exit(2)
+    return url.rstrip("/")
 
 
 def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, err,
@@ -56,7 +75,7 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, er
         else:
             err.print(f"error: {exc}", style="red")
         raise typer.Exit(2) from None
-    check_url(url, err)
+    url = check_url(url, err, as_json, emit_json)
     from ._engine import adapter
 
     try:
@@ -84,7 +103,7 @@ def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], 
     """Print what each scheduler rank (and the server process) has on now. Exits 1 when the server
     cannot be asked or its ranks are on different generations (``generations_agree`` is null
     when no rank answered); 2 when ``url`` is not an http:// URL."""
-    check_url(url, err)
+    url = check_url(url, err, as_json, emit_json)
     from ._engine import adapter
 
     try:

@@ -1,8 +1,10 @@
-"""The engine's plugin entry under its former name.
+"""The engine plugin loader's entry (pyproject: group ``sglang.srt.plugins``).
 
-The entry itself lives in the engine adapter room (``EngineAdapter.plugin_entry``, declared in
-pyproject for the engine's plugin group). This module stays so that an environment installed
-before the move, whose metadata still names ``dsv41_flags._plugin:load``, keeps activating.
+It imports nothing at module level: the engine's loader imports this module before calling
+``load``, and would swallow (log and go on, nothing applied) an exception raised by an import of
+the package's rooms there. ``load`` imports the engine adapter itself, so a package that cannot
+load is reported (one ``flags.error`` line) and, in strict mode, stops the process (exit 3). The
+work is the adapter's ``plugin_entry`` (``_engine.EngineAdapter``).
 """
 from __future__ import annotations
 

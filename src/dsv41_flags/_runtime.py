@@ -725,24 +725,38 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     return rt
 
 
-def settings_file_list(value: Any) -> list[str | os.PathLike] | None:
+def settings_file_list(value: Any) -> list[str] | None:
     """``settings_files`` as given to ``activate`` / ``build``: None (search as usual), one path
-    (``str`` or ``os.PathLike``) or a sequence of paths; returns a list (or None). Raises
-    SettingsError naming the argument, its value and what is accepted for anything else (a
-    ``str`` is one path, never a sequence of one-letter paths)."""
+    (``str`` or ``os.PathLike``) or a list or tuple of paths; returns a list of ``str`` paths (or
+    None). Raises SettingsError naming the argument, its value and what is accepted for anything
+    else (a ``str`` is one path, never a sequence of one-letter paths; an ``os.PathLike`` whose
+    ``__fspath__`` raises or gives no ``str`` is refused the same way)."""
     if value is None:
         return None
-    if isinstance(value, (str, os.PathLike)):
-        return [value]
-    items = list(value) if isinstance(value, (list, tuple)) else None
-    if items is None or not all(isinstance(v, (str, os.PathLike)) for v in items):
+    items = [value] if isinstance(value, (str, os.PathLike)) else (
+        list(value) if isinstance(value, (list, tuple)) else None)
+    paths = []
+    for item in items or ():
+        try:
+            path = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
+        except Exception:  # a hostile __fspath__
+            path = None
+        if not isinstance(path, str):
+            items = None
+            break
+        paths.append(path)
+    if items is None:
         from ._errors import Problem, SettingsError
 
-        shown = repr(value) if len(repr(value)) <= 120 else repr(value)[:117] + "..."
+        try:
+            shown = repr(value)
+        except Exception:
+            shown = f"<{type(value).__name__} whose repr raised>"
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
         raise SettingsError([Problem("SETTINGS", "argument settings_files", (
             f"settings_files={shown} is not accepted: give one path (str or os.PathLike), a list "
             f"or tuple of paths, or None to search for settings.toml as usual"))])
-    return items
+    return paths
 
 
 def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:

@@ -329,10 +329,12 @@ PLUGIN_ENTRY_NAME = "sglang-plugin"
 NO_GUARD_ROLES = ("engine", "detokenizer", "data_parallel_controller")
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
 PLUGIN_GROUP = "sglang.srt.plugins"
-#: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``)
-PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags._sglang:load")
-#: the same entry as installed before it moved into this room (metadata of an older install)
-PLUGIN_ENTRIES = {PLUGIN_ENTRY, ("dsv41_flags", "dsv41_flags._plugin:load")}
+#: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``): the
+#: package's ``_plugin.load``, which imports nothing at module level (a package that cannot load
+#: still says so and stops), then calls ``load`` below through the adapter
+PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags._plugin:load")
+#: the entries of earlier installs (their metadata named this room's ``load`` directly)
+PLUGIN_ENTRIES = {PLUGIN_ENTRY, ("dsv41_flags", "dsv41_flags._sglang:load")}
 #: rank arguments of sglang's process entry functions, in report order
 RANKS = ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 #: process entry functions of sglang 0.5.23 that call ``load_plugins()`` first thing

@@ -112,3 +112,69 @@ def test_a_summary_that_is_not_text_is_a_declaration_error(summary):
 
     with pytest.raises(DeclarationError, match=r"feature 'x': summary must be a str \(one line\), got"):
         Feature(name="x", target="json", install=lambda m, c: None, summary=summary, engine="")
+
+
+# --------------------------------------------- a final attack on these fixes (each one a kind)
+def test_the_engine_plugin_entry_imports_nothing_of_the_package_at_module_level():
+    """sglang's loader imports the entry's module before calling it and swallows what that import
+    raises: the entry is ``_plugin.load``, whose module imports nothing, so a broken room is
+    reported and stops the process instead of booting unpatched."""
+    import ast
+    import importlib.metadata
+
+    (ep,) = [e for e in importlib.metadata.entry_points(group="sglang.srt.plugins") if e.name == "dsv41_flags"]
+    assert ep.value == "dsv41_flags._plugin:load"
+    tree = ast.parse((REPO / "src" / "dsv41_flags" / "_plugin.py").read_text())
+    assert not [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+    code = ("import sys, importlib.metadata as m\n"
+            "sys.modules['dsv41_flags._engine'] = None\n"
+            "ep = [e for e in m.entry_points(group='sglang.srt.plugins') if e.name == 'dsv41_flags'][0]\n"
+            "ep.load()()\nprint('BOOTED')\n")
+    for strict, code_expected in ((None, 3), ("0", 0)):
+        env = _env(**({"DSV41_STRICT": strict} if strict else {}))
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == code_expected and proc.stderr.count("flags.error") == 1, proc.stderr
+        assert ("BOOTED" in proc.stdout) == (code_expected == 0) and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_package_that_cannot_load_still_stops_with_stderr_closed_or_full(stderr):
+    code = ("import sys\n"
+            + ("sys.stderr = None\n" if stderr == "closed" else "sys.stderr = open('/dev/full', 'w')\n")
+            + "sys.modules['dsv41_flags._activation'] = None\n"
+            "import dsv41_flags._plugin as p\n"
+            "try:\n    p.load()\nexcept SystemExit as exc:\n    print('exit', exc.code)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    # 120: the interpreter's own flush of the /dev/full stream at exit, after the test's print
+    assert proc.returncode in (0, 120) and proc.stdout.strip() == "exit 3", (proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("url", ["http://a b", "http://127.0.0.1:abc", "http://:80", "http://user@",
+                                 "http://127.0.0.1:99999", "http://127.0.0.1:9?a=b#c", " http://127.0.0.1:9",
+                                 "http://127.0.0.1:9\n", "http://[::1", "file:///etc/passwd",
+                                 "http://" + "a" * 70 + ".com"])
+def test_a_url_no_server_could_have_is_refused_before_sending(url):
+    for args in (["set", "folded_fence=on", "--url", url, "--json"], ["status", "--url", url, "--json"]):
+        proc = subprocess.run([CLI, *args], env=_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["ok"] is False and "is not an http:// URL of the engine server" in data["error"]
+
+
+def test_hostile_settings_files_arguments_are_settings_errors():
+    class Raises(os.PathLike):
+        def __fspath__(self):
+            raise RuntimeError("boom")
+
+    class Bytes(os.PathLike):
+        def __fspath__(self):
+            return b"/x.toml"
+
+    class BadRepr(list):
+        def __repr__(self):
+            raise RuntimeError("repr boom")
+
+    for value in (Raises(), [Raises()], Bytes(), [Bytes()], BadRepr([1])):
+        with pytest.raises(SettingsError, match="is not accepted: give one path"):
+            _build(value)
