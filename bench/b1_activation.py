@@ -41,7 +41,7 @@ GOAL_CLI_MS = 60.0      # (d) above its floor
 
 def make_snapshot() -> str:
     """The launch's snapshot, as the launching process hands it to its children."""
-    from dsv41_flags._runtime import build
+    from dsv41_flags.runtime import build
 
     rt = build([SETTINGS], None, environ=clean_env(**ARMED), argv=LAUNCH_ARGV,
                features_dir=FEATURES_DIR, use_snapshot=False, configure_logging=False)
@@ -116,8 +116,8 @@ sys.stderr = open(os.devnull, "w")
 import dynaconf, structlog, wrapt
 t0 = time.perf_counter()
 import dsv41_flags
-import dsv41_flags._runtime as R, dsv41_flags._discovery as D, dsv41_flags._settings as S
-import dsv41_flags._fingerprint as F
+import dsv41_flags.runtime as R, dsv41_flags.discovery as D, dsv41_flags.settings as S
+import dsv41_flags.fingerprint as F
 t1 = time.perf_counter()
 spent = {}
 """ + TIMED_SRC + """
@@ -281,7 +281,7 @@ sys.stderr = open(os.devnull, "w")
 """ + BASE_IMPORT + """
 t0 = time.perf_counter()
 import dsv41_flags
-import dsv41_flags._runtime as R, dsv41_flags._discovery as D
+import dsv41_flags.runtime as R, dsv41_flags.discovery as D
 t1 = time.perf_counter()
 spent = {}  # in the order wrapped below (0.0 when a part did not run)
 """ + TIMED_SRC + """

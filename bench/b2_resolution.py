@@ -86,7 +86,7 @@ def generate(root: Path) -> tuple[Path, Path, dict[str, str]]:
 BUILD = """
 import sys, time, json
 from pathlib import Path
-from dsv41_flags._runtime import build
+from dsv41_flags.runtime import build
 import dynaconf
 t0 = time.perf_counter()
 rt = build([Path({settings!r})], None, argv={argv!r}, features_dir=Path({fdir!r}),
@@ -98,7 +98,7 @@ print(json.dumps({{"build": t1 - t0, "armed": len(rt.armed()), "digest": rt.fing
 
 DYNACONF = """
 import sys, time, json
-from dsv41_flags._runtime import build
+from dsv41_flags.runtime import build
 from dynaconf import Dynaconf
 t0 = time.perf_counter()
 s = Dynaconf(envvar_prefix="DSV41", environments=True, force_env="tp3", env_switcher="DSV41_ENV",
@@ -113,8 +113,8 @@ print(json.dumps({{"load": t1 - t0}}))
 PARTS = """
 import sys, time, json
 from pathlib import Path
-import dsv41_flags._runtime as R, dsv41_flags._settings as S
-import dsv41_flags._discovery as D, dsv41_flags._fingerprint as F
+import dsv41_flags.runtime as R, dsv41_flags.settings as S
+import dsv41_flags.discovery as D, dsv41_flags.fingerprint as F
 import dynaconf
 spent = {{}}  # filled in the order the parts are wrapped below (the report's order)
 """ + TIMED_SRC + """

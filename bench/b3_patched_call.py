@@ -2,7 +2,7 @@
 
 A trivial method (``def meth(self, x): return x``) called a million times (``timeit``, GC off):
   - unpatched;
-  - patched through the framework's ledger (``dsv41_flags._patch.Ledger().patch("f", Cls, "meth",
+  - patched through the framework's ledger (``dsv41_flags.patch.Ledger().patch("f", Cls, "meth",
     make)``) with a plain pass-through closure shaped like features/folded_fence.py's;
   - patched as the seeds do (a plain closure assigned to the class directly);
   - wrapped by sglang's own ``HookRegistry`` as an AROUND hook (register + ``apply_hooks()``);
@@ -58,8 +58,8 @@ def patch_live(cls, on: bool) -> None:
     """A live feature's install: ``ctx.patch`` with the feature's gate (``_live.gated``)."""
     import types as _t
 
-    from dsv41_flags._live import Gate
-    from dsv41_flags._patch import InstallContext, Ledger
+    from dsv41_flags.live import Gate
+    from dsv41_flags.patch import InstallContext, Ledger
 
     feature = _t.SimpleNamespace(name=f"live_{on}")
     ledger = Ledger()
@@ -70,7 +70,7 @@ def patch_live(cls, on: bool) -> None:
 
 
 def patch_framework(cls) -> None:
-    from dsv41_flags._patch import Ledger
+    from dsv41_flags.patch import Ledger
 
     ledger = Ledger()
     ledger.patch("f", cls, "meth", make)

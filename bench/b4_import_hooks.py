@@ -153,7 +153,7 @@ def run(quick: bool = False) -> dict:
 
 def make_snapshot(environ: dict) -> str:
     """The snapshot a launching process hands to the engine's children."""
-    from dsv41_flags._runtime import build
+    from dsv41_flags.runtime import build
 
     return build([SETTINGS], None, environ=environ, use_snapshot=False,
                  configure_logging=False).snapshot()

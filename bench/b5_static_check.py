@@ -2,7 +2,7 @@
 
 ``dsv41-flags check --all`` parses each feature's target source and looks the required names up
 without importing the engine. Timed:
-  - in process: ``dsv41_flags._static.check_feature`` on both features in a fresh interpreter
+  - in process: ``dsv41_flags.upgrade_gate.static_check.check_feature`` on both features in a fresh interpreter
     (cold: nothing parsed yet), perf_counter around the two calls;
   - the CLI as a subprocess (``dsv41-flags check --all --settings settings.toml``), wall time;
 baseline: a fresh interpreter importing both targets (``flashinfer_autotune`` and
@@ -21,8 +21,8 @@ GOAL_S = 2.0
 CHECK = """
 import time, json
 from pathlib import Path
-from dsv41_flags._discovery import discover
-from dsv41_flags._static import check_feature
+from dsv41_flags.discovery import discover
+from dsv41_flags.upgrade_gate.static_check import check_feature
 features = discover(Path({fdir!r}))
 t0 = time.perf_counter()
 results = [check_feature(f) for f in features]

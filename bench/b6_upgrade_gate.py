@@ -23,9 +23,9 @@ RELEASES = ("0.5.23", "0.5.15")
 GATE = """
 import json, time
 from pathlib import Path
-from dsv41_flags._discovery import discover
-from dsv41_flags._gate import matrix
-from dsv41_flags._release import open_release
+from dsv41_flags.discovery import discover
+from dsv41_flags.upgrade_gate.matrix import matrix
+from dsv41_flags.upgrade_gate.releases import open_release
 features = discover(Path({fdir!r}))
 t0 = time.perf_counter()
 release = open_release({wheel!r})
@@ -47,7 +47,7 @@ print(json.dumps({{"unzip": t1 - t0}}))
 
 FETCH = """
 import json
-from dsv41_flags._release import open_release
+from dsv41_flags.upgrade_gate.releases import open_release
 r = open_release({spec!r})
 print(json.dumps({{"where": r.where, "error": r.error}}))
 """

@@ -196,12 +196,12 @@ def main() -> int:
         return 1
     samples = json.loads(proc.stdout.strip().splitlines()[-1])
 
-    from dsv41_flags._requires import Require
-    from dsv41_flags._static import Checker
+    from dsv41_flags.requires import Require
+    from dsv41_flags.upgrade_gate.static_check import Checker
 
     checker = Checker()
     if args.engine:
-        from dsv41_flags._release import open_release
+        from dsv41_flags.upgrade_gate.releases import open_release
 
         release = open_release(args.engine)
         if release.error:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv41_flags._runtime import Runtime, build
+from dsv41_flags.runtime import Runtime, build
 
 REPO = Path(__file__).resolve().parents[1]
 FEATURES_DIR = (REPO / "features").resolve()  # a symlink to the shipped src/dsv41_flags/_data/features

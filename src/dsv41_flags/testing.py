@@ -30,10 +30,10 @@ import structlog
 from structlog.testing import LogCapture
 
 import dsv41_flags
-from dsv41_flags import _activation
-from dsv41_flags._declare import ENV_PREFIX
-from dsv41_flags._discovery import PACKAGE
-from dsv41_flags._runtime import FeatureState, Runtime
+import dsv41_flags.activation as _activation
+from dsv41_flags.declare import ENV_PREFIX
+from dsv41_flags.discovery import PACKAGE
+from dsv41_flags.runtime import FeatureState, Runtime
 
 __all__ = ["FlagsKit", "dsv41_flags_runtime"]
 

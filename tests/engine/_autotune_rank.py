@@ -58,7 +58,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     from flashinfer.autotuner import AutoTuner, ProfilingCacheKey, _collect_metadata
 
     import dsv41_flags
-    from dsv41_flags._runtime import build
+    from dsv41_flags.runtime import build
 
     assert TARGET not in sys.modules
     mod = importlib.import_module(TARGET)  # the one import of the target in this process
@@ -83,7 +83,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     cache_dir = workdir / "autotune"
     cache_dir.mkdir(parents=True, exist_ok=True)
     cache_path = cache_dir / f"rank_tp{rank}_pp0_dp0.json"
-    sidecar = dsv41_flags.sidecar_path(cache_path)
+    sidecar = dsv41_flags.cache_keeping.sidecar_path(cache_path)
 
     def tune():
         """What a finished tuning leaves behind (the autotune context saves the tactics)."""
@@ -128,7 +128,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     b["patched"] = sorted(n for n, f in stock.items() if getattr(mod, n) is not f)
     b["fingerprint"] = rt1.fingerprint.digest
     b["digest"] = tune()
-    dsv41_flags.write_sidecar(sidecar, rt1.fingerprint)  # what the context wrapper writes after tuning
+    dsv41_flags.cache_keeping.write_sidecar(sidecar, rt1.fingerprint)  # what the context wrapper writes after tuning
     b["sidecar"] = _digest(sidecar)
     gate()
     b["digest_after"] = _digest(cache_path)
@@ -153,7 +153,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     # d) this launch tunes and saves; the next launch differs only in volatile keys: kept
     d = out["d"] = {}
     d["digest"] = tune()
-    dsv41_flags.write_sidecar(sidecar, rt2.fingerprint)
+    dsv41_flags.cache_keeping.write_sidecar(sidecar, rt2.fingerprint)
     d["sidecar"] = _digest(sidecar)
     rt2.uninstall()
     argv3 = [("30001" if t == "30000" else t) for t in ARGV]
@@ -190,7 +190,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
 
     f = out["f"] = {}
     f["digest"] = tune()
-    dsv41_flags.write_sidecar(sidecar, rt3.fingerprint)
+    dsv41_flags.cache_keeping.write_sidecar(sidecar, rt3.fingerprint)
     rt4 = runtime({"SGLANG_SOME_KNOB": "2"})
     before = _listing(cache_dir, cache_path.stem)
     real = {n: getattr(os, n) for n in ("replace", "rename", "unlink", "open")}

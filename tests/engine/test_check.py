@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags._cli import app
+from dsv41_flags.cli import app
 
 pytestmark = pytest.mark.engine
 

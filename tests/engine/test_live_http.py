@@ -36,10 +36,10 @@ import sglang.srt.managers.scheduler as sched_mod  # noqa: E402
 from sglang.srt.managers.io_struct import sock_recv, sock_send  # noqa: E402
 from sglang.srt.utils.network import get_zmq_socket  # noqa: E402
 
-from dsv41_flags._activation import process_state, set_process_state  # noqa: E402
-from dsv41_flags._cli import app as cli_app  # noqa: E402
-from dsv41_flags._runtime import build  # noqa: E402
-from dsv41_flags._sglang import SET_PATH, STATUS_PATH, arm_live  # noqa: E402
+from dsv41_flags.activation import process_state, set_process_state  # noqa: E402
+from dsv41_flags.cli import app as cli_app  # noqa: E402
+from dsv41_flags.runtime import build  # noqa: E402
+from dsv41_flags.engines.sglang import SET_PATH, STATUS_PATH, arm_live  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
@@ -157,7 +157,7 @@ def test_set_with_a_bad_value_or_body_is_a_clear_400(server):
     res = _cli("set", "folded_fence=maybe", "--url", server.url, "--json")  # refused before sending
     assert res.exit_code == 2
     assert "switch folded_fence='maybe': the value is not one of" in json.loads(res.stdout)["error"]
-    from dsv41_flags._sglang import http_set
+    from dsv41_flags.engines.sglang import http_set
 
     answer = http_set(server.url, "folded_fence", "maybe", "t")  # the server refuses it too
     assert answer["ok"] is False and "switch folded_fence='maybe': the value is not one of" in answer["error"]

@@ -24,7 +24,7 @@ def _plugin_child(q, env):
         import dsv41_flags
         import sglang.srt.speculative.dspark_components.dspark_verify as dv
 
-        rt = dsv41_flags.runtime()
+        rt = dsv41_flags.current_runtime()
         q.put({"ok": True, "states": {s.name: s.state for s in rt.states()},
                "wrapped": getattr(dv.TargetVerifyExecutor.accept_and_finalize, "__module__", ""),
                "guard": any("initialize_model_parallel" in t for t in HookRegistry._hooks),
@@ -71,8 +71,8 @@ def _rank(q, init_file, settings_text, tmp, rank):
     try:
         import torch.distributed as dist
 
-        from dsv41_flags._guard import RankMismatchError, check_ranks
-        from dsv41_flags._runtime import build
+        from dsv41_flags.rank_guard import RankMismatchError, check_ranks
+        from dsv41_flags.runtime import build
 
         settings = Path(tmp) / f"rank{rank}.toml"
         settings.write_text(settings_text[rank])

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.engine
 def test_shipped_option_table_is_the_installed_sglang_parser():
     from sglang.srt.server_args import ServerArgs
 
-    from dsv41_flags._sglang import (canonical_argv, live_server_options, server_options,
+    from dsv41_flags.engines.sglang import (canonical_argv, live_server_options, server_options,
                                      server_options_release)
 
     assert server_options_release() == f"sglang {importlib.metadata.version('sglang')}" == "sglang 0.5.23"

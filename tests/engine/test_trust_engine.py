@@ -57,7 +57,7 @@ def test_real_load_plugins_stops_with_a_flags_error(extra, cause):
 
 def test_real_load_plugins_non_strict_runs_and_says_what_is_on():
     proc = subprocess.run([sys.executable, "-c", LOAD + "import dsv41_flags\n"
-                           "print(dsv41_flags.runtime().from_snapshot)\n"],
+                           "print(dsv41_flags.current_runtime().from_snapshot)\n"],
                           env=_env(DSV41_FOLDED_FENCE="1", DSV41_SNAPSHOT='{"v":1}', DSV41_STRICT="0"),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr

@@ -12,8 +12,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags._cli import app
-from dsv41_flags._release import cache_dir, open_release
+from dsv41_flags.cli import app
+from dsv41_flags.upgrade_gate.releases import cache_dir, open_release
 
 pytestmark = pytest.mark.engine
 

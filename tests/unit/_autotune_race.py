@@ -31,8 +31,8 @@ class _Log:
 
 
 def _fingerprint(launch: int):
-    from dsv41_flags import Fingerprint
-    from dsv41_flags._fingerprint import canonical
+    from dsv41_flags.fingerprint import Fingerprint
+    from dsv41_flags.fingerprint import canonical
 
     payload = {"argv": ["sglang.launch_server", "--tp", "2"], "env": {"SGLANG_KNOB": str(launch)},
                "settings": {}}
@@ -60,7 +60,7 @@ def _save(cache: Path, entry: str) -> None:
 
 def run(worker: int, rounds: int, cache_dir: str, features_dir: str, queue) -> None:
     try:
-        from dsv41_flags._discovery import discover
+        from dsv41_flags.discovery import discover
 
         discover(Path(features_dir), entry_points=False)
         feature = sys.modules["dsv41_flags_features.autotune_keep"]

@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 from dsv41_flags import SettingsError, SnapshotError
-from dsv41_flags._files import FileRefused, read_regular
-from dsv41_flags._values import CastError, cast
+from dsv41_flags.files import FileRefused, read_regular
+from dsv41_flags.values import CastError, cast
 
 from .test_trust import FEATURE, child, demo, events, parent, run_py  # noqa: F401  (fixture)
 
@@ -68,7 +68,7 @@ def test_read_regular_refuses_fifo_device_dir_symlink_and_oversize(tmp_path):
     (lambda d: (d / "f.toml").write_text("[default]\nx = " + "9" * 5000 + "\n"), "is not valid TOML"),
 ])
 def test_items_4_5_6_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason):
-    from dsv41_flags._settings import find_settings_files
+    from dsv41_flags.settings import find_settings_files
 
     make(tmp_path)
     with pytest.raises(SettingsError, match=reason) as exc:
@@ -77,7 +77,7 @@ def test_items_4_5_6_bad_settings_files_are_settings_errors_not_hangs(tmp_path, 
 
 
 def test_item4_fifo_local_companion_is_refused(tmp_path):
-    from dsv41_flags._settings import find_settings_files
+    from dsv41_flags.settings import find_settings_files
 
     (tmp_path / "settings.toml").write_text("[default]\n")
     os.mkfifo(tmp_path / "settings.local.toml")
@@ -136,7 +136,7 @@ def test_item6_huge_int_in_snapshot_is_a_snapshot_error(demo):
 
 
 def test_item6_any_exception_reading_the_snapshot_is_a_snapshot_error(demo, monkeypatch):
-    from dsv41_flags import _launch
+    import dsv41_flags.snapshot as _launch
 
     def boom(*a, **k):
         raise RecursionError("deep")
@@ -214,7 +214,7 @@ def test_item1_armed_means_a_hook_is_registered(demo):
 
 
 def test_item1_audit_reports_an_imported_but_never_installed_target_as_missed(demo):
-    from dsv41_flags._runtime import FeatureState
+    from dsv41_flags.runtime import FeatureState
 
     rt = parent(demo)
     rt.arm()
@@ -247,7 +247,7 @@ def test_item2_keyboard_interrupt_during_activation_is_latched_and_reported(demo
                 print("INTERRUPTED", attempt)
             except dsv41_flags.FlagsError as exc:
                 print("RAISED", attempt, type(exc).__name__)
-        print(dsv41_flags.runtime())
+        print(dsv41_flags.current_runtime())
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["INTERRUPTED 1", "RAISED 2 ActivationError", "None"]
@@ -287,10 +287,10 @@ def test_item3_target_still_importing_in_another_thread_installs_when_the_import
 def test_item8a_failed_non_strict_plugin_activation_still_joins_the_rank_guard(demo):
     proc = run_py(demo, """
         import json
-        import dsv41_flags._guard as g
+        import dsv41_flags.rank_guard as g
         calls = []
         g.register_guard = lambda rt, reason="", engine=None: calls.append([rt, reason]) or True
-        from dsv41_flags import _plugin
+        import dsv41_flags.engines.sglang.plugin as _plugin
         _plugin.load()
         print(json.dumps(calls))
     """, DSV41_STRICT="0", DSV41_DEMO_PATCH_N="abc")
@@ -352,7 +352,7 @@ def test_item6_features_dir_symlink_loop_is_a_settings_error(demo, tmp_path):
 
 
 def build_from_env(demo, **env):
-    from dsv41_flags._runtime import build
+    from dsv41_flags.runtime import build
 
     return build([demo.settings], None, environ=dict(env), argv=["prog"], use_snapshot=False,
                  configure_logging=False)

@@ -16,7 +16,9 @@ import structlog
 from structlog.testing import capture_logs
 
 import dsv41_flags
-from dsv41_flags import SymlinkRefused, write_sidecar
+import dsv41_flags.cache_keeping
+import dsv41_flags.fingerprint
+from dsv41_flags.cache_keeping import SymlinkRefused, write_sidecar
 
 from ..conftest import FEATURES_DIR
 
@@ -75,12 +77,12 @@ def _cache(tmp_path, fingerprint=None, content='{"_metadata": {"gpu": "x"}, "k":
     cache = tmp_path / "rank_tp0_pp0_dp0.json"
     cache.write_text(content)
     if fingerprint is not None:
-        write_sidecar(dsv41_flags.sidecar_path(cache), fingerprint)
+        write_sidecar(dsv41_flags.cache_keeping.sidecar_path(cache), fingerprint)
     return cache
 
 
 def _other_fingerprint(fp):
-    return dsv41_flags.Fingerprint("0" * 64, {**fp.payload, "env": {"SGLANG_KNOB": "other"}}, {})
+    return dsv41_flags.fingerprint.Fingerprint("0" * 64, {**fp.payload, "env": {"SGLANG_KNOB": "other"}}, {})
 
 
 def test_feature_uses_only_the_public_api():
@@ -197,7 +199,7 @@ def test_full_disk_sidecar_reported_not_raised(feature, tmp_path, monkeypatch, l
     """ENOSPC at the write: the old sidecar is untouched, no temporary left, an event."""
     mod, fp = feature
     cache = _cache(tmp_path, _other_fingerprint(fp))
-    side = dsv41_flags.sidecar_path(cache)
+    side = dsv41_flags.cache_keeping.sidecar_path(cache)
     before = side.read_bytes()
 
     def full(*a, **k):
@@ -216,7 +218,7 @@ def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path, log
     cache = _cache(tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
-    side = dsv41_flags.sidecar_path(cache)
+    side = dsv41_flags.cache_keeping.sidecar_path(cache)
     side.symlink_to(victim)
     with pytest.raises(SymlinkRefused) as exc:
         write_sidecar(side, fp)
@@ -276,11 +278,11 @@ def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path, log):
     boot; a live writer's fresh one is kept."""
     mod, fp = feature
     cache = _cache(tmp_path, fp)
-    from dsv41_flags._sidecar import _host
+    from dsv41_flags.cache_keeping import _host
     host = _host()
     proc = subprocess.Popen(["true"])
     proc.wait()
-    side = dsv41_flags.sidecar_path(cache).name
+    side = dsv41_flags.cache_keeping.sidecar_path(cache).name
     dead = tmp_path / f".{side}.dsv41-{host}-{proc.pid}-dead.tmp"
     live = tmp_path / f".{side}.dsv41-{host}-{os.getppid()}-live.tmp"
     other_host_old = tmp_path / f".{side}.dsv41-otherhost-1-old.tmp"
@@ -317,8 +319,8 @@ def test_before_save_drops_another_launchs_sidecar(feature, tmp_path, log):
     mod, fp = feature
     cache = _cache(tmp_path, _other_fingerprint(fp))
     assert mod.before_save(cache, fp, log) is True
-    assert not dsv41_flags.sidecar_path(cache).exists() and cache.exists()
+    assert not dsv41_flags.cache_keeping.sidecar_path(cache).exists() and cache.exists()
     assert log.names() == ["autotune_keep.sidecar_dropped"]
-    write_sidecar(dsv41_flags.sidecar_path(cache), fp)
+    write_sidecar(dsv41_flags.cache_keeping.sidecar_path(cache), fp)
     assert mod.before_save(cache, fp, log) is False
-    assert dsv41_flags.sidecar_path(cache).exists()
+    assert dsv41_flags.cache_keeping.sidecar_path(cache).exists()

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags import DeclarationError, SettingsError, SnapshotError, read_sidecar
-from dsv41_flags._cli import app
-from dsv41_flags._discovery import discover
-from dsv41_flags._fingerprint import normalize_argv
-from dsv41_flags._runtime import build
-from dsv41_flags._settings import find_settings_files
-from dsv41_flags._values import CastError, cast
+from dsv41_flags import DeclarationError, SettingsError, SnapshotError
+from dsv41_flags.cache_keeping import read_sidecar
+from dsv41_flags.cli import app
+from dsv41_flags.discovery import discover
+from dsv41_flags.fingerprint import normalize_argv
+from dsv41_flags.runtime import build
+from dsv41_flags.settings import find_settings_files
+from dsv41_flags.values import CastError, cast
 
 from ..conftest import FEATURES_DIR, REPO_SETTINGS
 
@@ -175,7 +176,7 @@ def test_child_variable_disagreeing_with_snapshot_is_reported(make_runtime):
 
 
 def test_classmethod_and_staticmethod_keep_their_kind():
-    from dsv41_flags._patch import Ledger
+    from dsv41_flags.patch import Ledger
 
     class C:
         @classmethod

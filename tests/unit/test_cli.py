@@ -5,7 +5,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags._cli import app
+from dsv41_flags.cli import app
 
 from ..conftest import REPO_SETTINGS
 

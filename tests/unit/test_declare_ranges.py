@@ -9,7 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from dsv41_flags import DeclarationError, Feature
-from dsv41_flags._requires import plain_range
+from dsv41_flags.requires import plain_range
 
 OPS = ("<", "<=", ">", ">=", "==", "!=")
 SPACE = st.sampled_from(["", " ", "\t", "  "])

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from dsv41_flags import DeclarationError
-from dsv41_flags._discovery import discover
-from dsv41_flags._runtime import build
+from dsv41_flags.discovery import discover
+from dsv41_flags.runtime import build
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_scan_returns_what_importlib_metadata_returns(tmp_path, monkeypatch):
     distribution shadowed by one of the same name earlier on sys.path."""
     import importlib.metadata
 
-    from dsv41_flags._discovery import ENTRY_POINT_GROUP, installed_entry_points
+    from dsv41_flags.discovery import ENTRY_POINT_GROUP, installed_entry_points
 
     first, second = tmp_path / "first", tmp_path / "second"
     _dist(first, "shadowed-pkg", "[console_scripts]\nx = x:main\n")  # wins: no features here
@@ -82,7 +82,7 @@ def test_scan_reads_a_broken_file_only_where_the_library_would(tmp_path, monkeyp
     it); an unshadowed one fails the way the library fails."""
     import importlib.metadata
 
-    from dsv41_flags._discovery import ENTRY_POINT_GROUP, installed_entry_points
+    from dsv41_flags.discovery import ENTRY_POINT_GROUP, installed_entry_points
 
     first, second = tmp_path / "first", tmp_path / "second"
     _dist(first, "twice-pkg", "[dsv41_flags.features]\nok = ok_mod:FEATURE\n")

@@ -5,10 +5,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from dsv41_flags import SettingsError, read_sidecar, write_sidecar
-from dsv41_flags._fingerprint import volatile_names
-from dsv41_flags._sidecar import diff, matches
-from dsv41_flags._sglang import FINGERPRINT as ENGINE
+from dsv41_flags import SettingsError
+from dsv41_flags.cache_keeping import read_sidecar, write_sidecar
+from dsv41_flags.fingerprint import volatile_names
+from dsv41_flags.cache_keeping import diff, matches
+from dsv41_flags.engines.sglang import FINGERPRINT as ENGINE
 
 SETTINGS = """
 [default]
@@ -291,7 +292,7 @@ def test_dynaconf_specials_refused_everywhere(make_runtime, tmp_path, text, key,
 def test_included_file_is_never_applied():
     """Input 3 (the instance): the included file's prefixes cannot reach the fingerprint because
     the including file is refused before Dynaconf loads it."""
-    from dsv41_flags._settings import find_settings_files
+    from dsv41_flags.settings import find_settings_files
     import tempfile
     from pathlib import Path
     with tempfile.TemporaryDirectory() as d:
@@ -382,7 +383,7 @@ def test_sglang_option_table_is_shipped_data_not_read_from_the_machine():
     from the installed engine, so the fingerprint does not depend on the machine computing it
     (the engine tier checks the table equals the real parser; the wheel test computes the same
     fingerprint in an environment without sglang)."""
-    from dsv41_flags import _sglang
+    import dsv41_flags.engines.sglang as _sglang
 
     table = _sglang.server_options()
     assert _sglang.OPTIONS_FILE.name == "sglang_options.json" and _sglang.OPTIONS_FILE.is_file()

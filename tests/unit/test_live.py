@@ -9,7 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from dsv41_flags import DeclarationError, Feature
-from dsv41_flags._live import NotLiveError, SwitchError, parse_assignment
+from dsv41_flags.live import NotLiveError, SwitchError, parse_assignment
 
 
 @pytest.fixture

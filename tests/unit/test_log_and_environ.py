@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 from structlog.testing import capture_logs
 
-from dsv41_flags._events import HEALTH, strict_dumps
-from dsv41_flags._runtime import build
+from dsv41_flags.logs import HEALTH, strict_dumps
+from dsv41_flags.runtime import build
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -284,7 +284,7 @@ def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime
     """Input 12 (logic; the engine tier runs it on 2 gloo ranks through sglang's own path): the
     mode is part of the view, a disagreement on it is a row of the table, and every rank acts on
     the strictest mode any rank holds."""
-    from dsv41_flags._guard import compare, effective_mode, rank_view
+    from dsv41_flags.rank_guard import compare, effective_mode, rank_view
 
     on = make_runtime("[default]\nautotune_keep = true\nrank_guard = \"raise\"\n")
     off = make_runtime("[default]\nautotune_keep = true\nrank_guard = \"off\"\n")
@@ -300,7 +300,7 @@ def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime
         "armed", "rank_guard", "AUTOTUNE_KEEP"]
     # a rank whose activation failed (non-strict, no runtime) still answers: a mismatch, and it
     # defers to the other ranks' mode
-    from dsv41_flags._guard import unavailable_view
+    from dsv41_flags.rank_guard import unavailable_view
 
     views = [rank_view(on), unavailable_view("SettingsError: bad value")]
     assert compare(views)[0] == ("armed", {0: ["autotune_keep"],

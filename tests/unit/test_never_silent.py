@@ -23,9 +23,12 @@ from hypothesis import given, settings, strategies as st
 from structlog.testing import capture_logs
 
 import dsv41_flags
-from dsv41_flags import Sidecar, read_regular, read_sidecar, sidecar_path, write_sidecar
-from dsv41_flags._sidecar import payload_problem
-from dsv41_flags._launcher import bootstrap_bypass, interpreter_options
+import dsv41_flags.cache_keeping
+import dsv41_flags.fingerprint
+from dsv41_flags.cache_keeping import Sidecar, read_sidecar, sidecar_path, write_sidecar
+from dsv41_flags.files import read_regular
+from dsv41_flags.cache_keeping import payload_problem
+from dsv41_flags.launcher import bootstrap_bypass, interpreter_options
 
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
 HEX = "ab" * 32
@@ -53,7 +56,7 @@ def test_read_sidecar_is_total_on_hostile_content(tmp_path, name):
     side.write_bytes(data if isinstance(data, bytes) else data.encode())
     got = read_sidecar(side)
     assert got.payload is None and got.digest == "" and str(side) in got.error and "not a sidecar" in got.error
-    assert dsv41_flags.payload_diff(got.payload or {}, {"argv": [], "env": {}, "settings": {}}) is not None
+    assert dsv41_flags.cache_keeping.diff(got.payload or {}, {"argv": [], "env": {}, "settings": {}}) is not None
 
 
 def test_read_sidecar_never_blocks_never_follows_never_loads_too_much(tmp_path):
@@ -62,12 +65,12 @@ def test_read_sidecar_never_blocks_never_follows_never_loads_too_much(tmp_path):
     zero = tmp_path / "zero.launch"
     zero.symlink_to("/dev/zero")
     good = tmp_path / "good.json"
-    fp = dsv41_flags.Fingerprint(HEX, {"argv": ["x"], "env": {}, "settings": {"K": [1, "a"]}}, {})
+    fp = dsv41_flags.fingerprint.Fingerprint(HEX, {"argv": ["x"], "env": {}, "settings": {"K": [1, "a"]}}, {})
     write_sidecar(sidecar_path(good), fp)
     link = tmp_path / "link.launch"
     link.symlink_to(sidecar_path(good))
     big = tmp_path / "big.launch"
-    big.write_bytes(b" " * (dsv41_flags._sidecar.SIDECAR_MAX_BYTES + 1))
+    big.write_bytes(b" " * (dsv41_flags.cache_keeping.SIDECAR_MAX_BYTES + 1))
     start = time.monotonic()
     results = {p.name: read_sidecar(p) for p in (fifo, zero, link, big, tmp_path / "missing.launch", tmp_path)}
     assert time.monotonic() - start < 5
@@ -108,10 +111,10 @@ def test_read_sidecar_accepts_only_valid_payloads_and_diff_never_raises(tmp_path
     assert isinstance(got, Sidecar)
     if got.payload is not None:
         assert payload_problem(got.payload) is None and got.digest == HEX
-        dsv41_flags.payload_diff(got.payload, {"argv": ["a"], "env": {"B": "1"}, "settings": {"K": 1}})
+        dsv41_flags.cache_keeping.diff(got.payload, {"argv": ["a"], "env": {"B": "1"}, "settings": {"K": 1}})
     else:
         assert got.error
-    dsv41_flags.payload_diff(payload, payload)  # even unvalidated: never raises
+    dsv41_flags.cache_keeping.diff(payload, payload)  # even unvalidated: never raises
 
 
 # ------------------------------------------------- 1: autotune_keep's boot digest on hostile files
@@ -320,7 +323,7 @@ def test_interpreter_options_are_read_as_cpython_reads_them(tmp_path):
 CHILD = """
 import sys, json
 import dsv41_flags
-from dsv41_flags._events import HEALTH
+from dsv41_flags.logs import HEALTH
 rt = dsv41_flags.activate()
 print(json.dumps(HEALTH.as_dict()), flush=True)
 sys.stdin.readline()                  # the parent drained the pipe
@@ -385,7 +388,7 @@ import logging, structlog, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(levelname)s %(message)s")
 structlog.configure(processors=[structlog.stdlib.filter_by_level, structlog.processors.JSONRenderer()],
                     logger_factory=structlog.stdlib.LoggerFactory(), wrapper_class=structlog.stdlib.BoundLogger)
-from dsv41_flags._events import get_logger
+from dsv41_flags.logs import get_logger
 get_logger().info("flags.resolved", armed=[])
 get_logger(report=False).info("feature.own_info")
 get_logger(report=False).warning("feature.own_warning")

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 import dsv41_flags
 from dsv41_flags import SettingsError
-from dsv41_flags._cli import app
-from dsv41_flags._launcher import BOOTSTRAP_DIR, python_path
-from dsv41_flags._runtime import resolve_launch
-from dsv41_flags._settings import find_settings_files
+from dsv41_flags.cli import app
+from dsv41_flags.launcher import BOOTSTRAP_DIR, python_path
+from dsv41_flags.runtime import resolve_launch
+from dsv41_flags.settings import find_settings_files
 from dsv41_flags.testing import FlagsKit
 
 from ..conftest import REPO
@@ -103,7 +103,7 @@ def test_input2_user_sitecustomize_path_edits_and_identity_are_kept(launch):
     env = {**launch.env, "PYTHONPATH": f"{usersite}{os.pathsep}{launch.dir}"}
     code = ("import sys, sitecustomize, thatmodule, dsv41_flags\n"
             "print(thatmodule.VALUE, sitecustomize.MARK, sitecustomize.__file__,"
-            " dsv41_flags.runtime() is not None)\n"
+            " dsv41_flags.current_runtime() is not None)\n"
             "print(repr(sys.path))\n")
     plain = run([sys.executable, "-c", code], env, launch.dir)
     under = run([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
@@ -148,7 +148,7 @@ def test_input4_errors_in_user_sitecustomize_are_reported_and_activation_goes_on
     launch.settings.write_text("[default]\ncap_new_tokens = true\n")
     env = {**launch.env, "PYTHONPATH": f"{usersite}{os.pathsep}{launch.dir}"}
     code = (f"import os, dsv41_flags, {launch.target} as t\n"
-            "print(os.environ.get('RAN'), dsv41_flags.runtime() is not None, t.Worker().forward())")
+            "print(os.environ.get('RAN'), dsv41_flags.current_runtime() is not None, t.Worker().forward())")
     proc = run([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "True", "patched", "512"]
@@ -374,15 +374,15 @@ def test_kit_restores_every_original(launch, tmp_path, monkeypatch):
     monkeypatch.setenv("DSV41_UNRELATED", "kept")
     monkeypatch.syspath_prepend(str(launch.dir))
     environ, config = dict(os.environ), structlog.get_config()
-    configured, before = structlog.is_configured(), dsv41_flags.runtime()
+    configured, before = structlog.is_configured(), dsv41_flags.current_runtime()
     kit = FlagsKit(tmp_path)
     rt = kit.activate({"cap_new_tokens": True}, {"cap_new_tokens": {"cap": 9}},
                       features_dir=launch.dir / "features")
-    assert "DSV41_UNRELATED" not in os.environ and dsv41_flags.runtime() is rt
+    assert "DSV41_UNRELATED" not in os.environ and dsv41_flags.current_runtime() is rt
     assert kit.state("cap_new_tokens") == "armed" and kit.events("flags.resolved")
     kit.restore()
     assert dict(os.environ) == environ and structlog.get_config() == config
-    assert structlog.is_configured() is configured and dsv41_flags.runtime() is before
+    assert structlog.is_configured() is configured and dsv41_flags.current_runtime() is before
     # the hook of a target never imported during the test is disarmed
     mod = __import__(launch.target)
     try:
@@ -409,6 +409,6 @@ def test_kit_restores_after_a_failed_activation(launch, tmp_path, monkeypatch):
             kit.activate({"cap_new_tokens": True}, features_dir=launch.dir / "features")
         assert kit.events("feature.drifted")
         kit.restore()
-        assert dsv41_flags.runtime() is None and mod.Worker().forward() == "stock"
+        assert dsv41_flags.current_runtime() is None and mod.Worker().forward() == "stock"
     finally:
         sys.modules.pop(launch.target, None)

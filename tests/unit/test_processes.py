@@ -105,7 +105,7 @@ def test_launcher_reaches_a_spawned_grandchild(launch):
         def grandchild():
             import demo_engine, dsv41_flags
             print("GRANDCHILD", os.getpid(), demo_engine.Worker().forward(),
-                  dsv41_flags.runtime().states()[0].state, flush=True)
+                  dsv41_flags.current_runtime().states()[0].state, flush=True)
         if __name__ == "__main__":
             p = mp.get_context("spawn").Process(target=grandchild)
             p.start(); p.join(60)
@@ -129,7 +129,7 @@ def test_launcher_chains_existing_sitecustomize(launch):
     env["PYTHONPATH"] = f"{tmp}{os.pathsep}{other}"
     proc = subprocess.run([CLI, "run", "--", sys.executable, "-c",
                            "import os, dsv41_flags; print(os.environ.get('OTHER_SITE'), "
-                           "dsv41_flags.runtime() is not None)"],
+                           "dsv41_flags.current_runtime() is not None)"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=tmp)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ran", "True"]
@@ -146,8 +146,8 @@ def test_launcher_refuses_bad_settings_before_starting(launch):
 
 def test_plugin_and_launcher_in_one_process_activate_once(launch):
     tmp, settings, env = launch
-    code = ("import dsv41_flags, dsv41_flags._plugin as p\n"
-            "a = dsv41_flags.runtime(); p.load(); b = dsv41_flags.activate()\n"
+    code = ("import dsv41_flags, dsv41_flags.engines.sglang.plugin as p\n"
+            "a = dsv41_flags.current_runtime(); p.load(); b = dsv41_flags.activate()\n"
             "print(a is b and a is not None)\n")
     proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", code], env=env,
                           capture_output=True, text=True, timeout=60, cwd=tmp)
@@ -157,7 +157,7 @@ def test_plugin_and_launcher_in_one_process_activate_once(launch):
 
 
 def test_role_and_ranks_read_from_the_sglang_process_entry():
-    from dsv41_flags._sglang import caller_context
+    from dsv41_flags.engines.sglang import caller_context
 
     def load_plugins():          # what sglang's loader looks like from our entry point
         return caller_context()

@@ -8,8 +8,8 @@ import zipfile
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags._cli import app
-from dsv41_flags._release import open_release
+from dsv41_flags.cli import app
+from dsv41_flags.upgrade_gate.releases import open_release
 
 ENGINE_V1 = """
 class Runner:

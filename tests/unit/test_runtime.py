@@ -7,7 +7,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from dsv41_flags import DeclarationError, DriftError
-from dsv41_flags._discovery import discover
+from dsv41_flags.discovery import discover
 
 
 @pytest.fixture

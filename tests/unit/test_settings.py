@@ -2,7 +2,7 @@
 import pytest
 
 from dsv41_flags import SettingsError
-from dsv41_flags._settings import find_settings_files
+from dsv41_flags.settings import find_settings_files
 
 BASE = """
 [default]

@@ -3,7 +3,7 @@ and profile, exactly what Dynaconf's per-key ``get_history`` gives."""
 import pytest
 from dynaconf.utils.inspect import get_history
 
-from dsv41_flags._settings import _toml_entries, find_settings_files, load
+from dsv41_flags.settings import _toml_entries, find_settings_files, load
 
 MAIN = """
 [default]

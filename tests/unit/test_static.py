@@ -9,10 +9,10 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from dsv41_flags._cli import app
-from dsv41_flags._requires import Require
-from dsv41_flags._release import TreeView
-from dsv41_flags._static import Checker
+from dsv41_flags.cli import app
+from dsv41_flags.requires import Require
+from dsv41_flags.upgrade_gate.releases import TreeView
+from dsv41_flags.upgrade_gate.static_check import Checker
 
 
 @pytest.fixture
@@ -216,7 +216,7 @@ def test_kind5_live_check_uses_getattr_on_the_module(tmp_path, monkeypatch):
     from types import ModuleType
 
     from dsv41_flags import Feature
-    from dsv41_flags._drift import missing_on, verdicts_on
+    from dsv41_flags.drift import missing_on, verdicts_on
 
     mod = ModuleType("lazy_mod")
     mod.__getattr__ = lambda name: 42 if name == "Served" else (_ for _ in ()).throw(AttributeError(name))

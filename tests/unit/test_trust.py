@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from dsv41_flags import FlagsError, SnapshotError
-from dsv41_flags._launch import SPILL_BYTES, decode, encode, spill_path
-from dsv41_flags._runtime import build
-from dsv41_flags._launcher import BOOTSTRAP_DIR
+from dsv41_flags.snapshot import SPILL_BYTES, decode, encode, spill_path
+from dsv41_flags.runtime import build
+from dsv41_flags.launcher import BOOTSTRAP_DIR
 
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
 
@@ -266,7 +266,7 @@ def test_hypothesis_no_snapshot_json_yields_an_internal_error(demo, data):
 # ------------------------------------------------------------------ error policy, every entry
 def test_item1_malformed_snapshot_under_the_plugin_entry_stops_with_an_event(demo):
     proc = run_py(demo, """
-        from dsv41_flags import _plugin
+        import dsv41_flags.engines.sglang.plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """, DSV41_SNAPSHOT='{"v":1}')
@@ -287,7 +287,7 @@ def test_item1_malformed_snapshot_under_the_bootstrap_never_runs_unpatched(demo)
     relaxed = demo.dir / "relaxed.toml"
     relaxed.write_text("[default]\nstrict = false\ndemo_patch = true\n")
     proc = run_py(demo, f"import {demo.target} as m, dsv41_flags; print(m.Worker().forward(), "
-                        f"dsv41_flags.runtime().from_snapshot)",
+                        f"dsv41_flags.current_runtime().from_snapshot)",
                   DSV41_SNAPSHOT='{"v":1}', DSV41_SETTINGS=str(relaxed),
                   PYTHONPATH=f"{BOOTSTRAP_DIR}{os.pathsep}{demo.dir}")
     assert proc.returncode == 0, proc.stderr
@@ -301,7 +301,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
         'n = ctx.options["n"]', 'raise MemoryError("boom")'))
     proc = run_py(demo, f"""
         import {demo.target}
-        from dsv41_flags import _plugin
+        import dsv41_flags.engines.sglang.plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """)
@@ -311,11 +311,11 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
     assert {s["name"]: s["state"] for s in err["states"]} == {"demo_patch": "failed"}
     # a non-FlagsError raised by the framework's own code path (an unreadable features dir entry)
     proc = run_py(demo, """
-        import dsv41_flags._runtime as r
+        import dsv41_flags.runtime as r
         def broken(*a, **k):
             raise ZeroDivisionError("internal")
         r.resolve_launch = broken
-        from dsv41_flags import _plugin
+        import dsv41_flags.engines.sglang.plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """)
@@ -324,11 +324,11 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
     assert err["internal"] is True and "ZeroDivisionError: internal" in err["cause"]
     # non-strict: the process runs, the event says nothing is applied
     proc = run_py(demo, """
-        import dsv41_flags._runtime as r
+        import dsv41_flags.runtime as r
         def broken(*a, **k):
             raise ZeroDivisionError("internal")
         r.resolve_launch = broken
-        from dsv41_flags import _plugin
+        import dsv41_flags.engines.sglang.plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """, DSV41_STRICT="0")
@@ -338,7 +338,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
 
 
 def test_item13_settings_error_under_the_plugin_is_a_structured_event(demo):
-    proc = run_py(demo, "from dsv41_flags import _plugin\n_plugin.load()\nprint('BOOTED')\n",
+    proc = run_py(demo, "from dsv41_flags.engines.sglang import plugin\nplugin.load()\nprint('BOOTED')\n",
                   DSV41_DEMO_PATCH="maybe")
     assert proc.returncode == 3 and "BOOTED" not in proc.stdout
     (err,) = [e for e in events(proc.stderr) if e["event"] == "flags.error"]
@@ -373,7 +373,7 @@ def test_item6_forked_child_owns_its_runtime(demo):
         if pid == 0:
             import {demo.target} as m                     # the inherited hook fires here
             again = dsv41_flags.activate()                # as sglang's plugin loader would
-            print(json.dumps({{"child": os.getpid(), "same": again is dsv41_flags.runtime(),
+            print(json.dumps({{"child": os.getpid(), "same": again is dsv41_flags.current_runtime(),
                               "out": m.Worker().forward(),
                               "state": again.states()[0].state}}), flush=True)
             os._exit(0)
@@ -441,7 +441,7 @@ def test_audit_lost_follows_what_the_engine_would_call(demo):
 def test_item14_plugin_reads_ranks_before_the_first_event(demo):
     proc = run_py(demo, f"""
         import {demo.target}
-        from dsv41_flags import _plugin
+        import dsv41_flags.engines.sglang.plugin as _plugin
         def load_plugins():
             _plugin.load()
         def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, pp_rank, dp_rank, pipe):
@@ -455,7 +455,8 @@ def test_item14_plugin_reads_ranks_before_the_first_event(demo):
 
 
 def test_item14_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
-    from dsv41_flags import _activation, _sglang
+    import dsv41_flags.activation as _activation
+    import dsv41_flags.engines.sglang as _sglang
 
     assert _activation.is_multiprocessing_helper(
         ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(3)"])

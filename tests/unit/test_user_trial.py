@@ -15,10 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dsv41_flags import DeclarationError, Feature, Option
-from dsv41_flags._cli import app
-from dsv41_flags._fingerprint import normalize_argv
-from dsv41_flags._launcher import interpreter_problem, launch_environ
-from dsv41_flags._values import CastError, cast
+from dsv41_flags.cli import app
+from dsv41_flags.fingerprint import normalize_argv
+from dsv41_flags.launcher import interpreter_problem, launch_environ
+from dsv41_flags.values import CastError, cast
 
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
 PROGRAM_FEATURE = """
@@ -76,7 +76,7 @@ def test_1_raising_user_sitecustomize_is_reported_once_and_the_program_runs(laun
     # user's sitecustomize, as plain Python does: that is not the program's report)
     child_env = launch_environ(environ=env, argv=[sys.executable, "-c", "print('ran')"])
     code = (f"import sys, dsv41_flags, {launch.target} as t\n"
-            "print('ran', dsv41_flags.runtime() is not None, t.Worker().forward())")
+            "print('ran', dsv41_flags.current_runtime() is not None, t.Worker().forward())")
     proc = subprocess.run([sys.executable, "-c", code], env=child_env, cwd=launch.dir,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -267,7 +267,7 @@ def test_9_cli_messages(cli, launch, tmp_path):
 
 
 def test_9_check_engine_with_nothing_armed_fetches_nothing(cli, launch, monkeypatch):
-    import dsv41_flags._release as release
+    import dsv41_flags.upgrade_gate.releases as release
 
     def no_fetch(*a, **k):
         raise AssertionError("a release was opened")

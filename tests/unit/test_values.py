@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from dsv41_flags import DeclarationError, Option
-from dsv41_flags._values import FALSE_WORDS, TRUE_WORDS, CastError, cast, cast_bool
+from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast, cast_bool
 
 SPACES = st.sampled_from(["", " ", "  ", "\t", "\u00a0", " \u00a0 ", "\n"])
 

@@ -16,7 +16,7 @@ from ..conftest import REPO
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 SHIPPED = {"dsv41_flags/_data/settings.toml", "dsv41_flags/_data/features/folded_fence.py",
-           "dsv41_flags/_data/features/autotune_keep.py", "dsv41_flags/_bootstrap/sitecustomize.py",
+           "dsv41_flags/_data/features/autotune_keep.py", "dsv41_flags/launcher/bootstrap/sitecustomize.py",
            "dsv41_flags/testing.py", "dsv41_flags/_data/sglang_options.json"}
 
 
@@ -101,7 +101,7 @@ def test_flag_variable_and_launcher_work_from_the_wheel(wheel_env):
     assert ff["value"] is True and ff["source"] == "env DSV41_FOLDED_FENCE"
     assert ff["state"] == "drifted" and proc.returncode == 1   # strict, engine absent
     proc = subprocess.run(["dsv41-flags", "run", "--", "python", "-c",
-                           "import dsv41_flags; print(dsv41_flags.runtime() is not None)"],
+                           "import dsv41_flags; print(dsv41_flags.current_runtime() is not None)"],
                           cwd=empty, env={**env, "DSV41_LOG_LEVEL": "WARNING"},
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

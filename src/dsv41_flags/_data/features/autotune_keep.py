@@ -29,8 +29,9 @@ import stat
 import time
 from pathlib import Path
 
-import dsv41_flags as flags
-from dsv41_flags import Feature, Option, read_regular
+import dsv41_flags.cache_keeping as flags
+from dsv41_flags import Feature, Option
+from dsv41_flags.cache_keeping import read_regular
 
 # The sidecar helpers are reached as ``flags.<name>`` when install runs, not imported here: a child
 # process re-reads this file for its declaration at every boot, and the framework loads a public
@@ -82,8 +83,8 @@ def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
         return "sidecar written by the older adapter (seed autotune_keep.py): fingerprint unknown"
     if side.payload is None:
         return f"no sidecar for this cache ({side.error})"
-    if not flags.sidecar_matches(side, fingerprint):
-        changed = [f"{c['part']}:{c['key']}" for c in flags.payload_diff(side.payload, fingerprint.payload)]
+    if not flags.matches(side, fingerprint):
+        changed = [f"{c['part']}:{c['key']}" for c in flags.diff(side.payload, fingerprint.payload)]
         return "launch changed: " + (", ".join(changed) or "fingerprint differs")
     return None
 
@@ -247,7 +248,7 @@ def before_save(cache_path: Path, fingerprint, log) -> bool:
     cache_path = Path(cache_path)
     side = flags.sidecar_path(cache_path)
     with cache_lock(cache_path, log):
-        if not os.path.lexists(side) or flags.sidecar_matches(flags.read_sidecar(side), fingerprint):
+        if not os.path.lexists(side) or flags.matches(flags.read_sidecar(side), fingerprint):
             return False
         try:
             os.unlink(side)  # unlink removes a link itself, never its target

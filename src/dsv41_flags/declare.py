@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._errors import DeclarationError
-from ._names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
-from ._values import KINDS, CastError, cast
+from dsv41_flags.errors import DeclarationError
+from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
+from dsv41_flags.values import KINDS, CastError, cast
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._patch import InstallContext
-    from ._requires import EngineRange, Require
+    from dsv41_flags.patch import InstallContext
+    from dsv41_flags.requires import EngineRange, Require
 
 #: True while discovery re-executes declarations that the launching process already checked (a
 #: child importing the snapshot's verified feature files): their version ranges and ``requires``
@@ -28,7 +28,7 @@ DOTTED_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 def default_range() -> str:
     """The engine range of a feature that declares none: the engine adapter's (``_engine``)."""
-    from ._engine import default_range as engine_default
+    from dsv41_flags.engines import default_range as engine_default
 
     return engine_default()
 
@@ -172,7 +172,7 @@ class Feature:
         by construction, so packaging is imported only for any other text: it parses that, and
         refuses what it refuses, here, with the same message (issue 11: the parent's activation
         imports no version parser for plain ranges)."""
-        from ._requires import EngineRange, Require, plain_engine_range, plain_range
+        from dsv41_flags.requires import EngineRange, Require, plain_engine_range, plain_range
 
         try:
             for text in self.requires:
@@ -216,14 +216,14 @@ class Feature:
     def engine_requirement(self) -> "EngineRange":
         """The parsed ``engine`` range (distribution ``name`` + ``specifier``). Raises ValueError /
         packaging's InvalidSpecifier for a range that was never checked (see ``_requires``)."""
-        from ._requires import EngineRange
+        from dsv41_flags.requires import EngineRange
 
         return EngineRange.parse(self.engine)
 
     @property
     def parsed_requires(self) -> tuple[Require, ...]:
         """``requires`` parsed into Require objects. Raises DeclarationError on a malformed entry."""
-        from ._requires import Require
+        from dsv41_flags.requires import Require
 
         return tuple(Require.parse(t) for t in self.requires)
 

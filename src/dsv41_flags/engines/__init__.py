@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Callable, Mapping
 
-from ._errors import FlagsError
+from dsv41_flags.errors import FlagsError
 
 #: entry-point group an engine adapter room is declared in (``name = "module:ADAPTER"``)
 ENGINE_GROUP = "dsv41_flags.engines"
@@ -65,7 +65,7 @@ def _no_hook(callback: Callable[[Any], None]) -> bool:
 
 
 def _no_live(*args: Any, **kwargs: Any) -> dict:
-    from ._live import SwitchError
+    from dsv41_flags.live import SwitchError
 
     raise SwitchError("the installed engine adapter offers no live switching path")
 
@@ -122,7 +122,7 @@ def adapter() -> EngineAdapter:
     except importlib.metadata.PackageNotFoundError:
         eps = []
     if not eps:  # any installed distribution's (read like the feature group: _discovery)
-        from ._discovery import installed_entry_points
+        from dsv41_flags.discovery import installed_entry_points
 
         eps = installed_entry_points(ENGINE_GROUP)
     eps = sorted(eps, key=lambda ep: ep.name)

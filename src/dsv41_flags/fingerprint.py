@@ -22,13 +22,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 
-from ._declare import Feature
-from ._names import ENV_PREFIX, RESERVED_KEYS, suggest
-from ._errors import DeclarationError
-from ._resolution import EMPTY, Resolution, _jsonable
+from dsv41_flags.declare import Feature
+from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
+from dsv41_flags.errors import DeclarationError
+from dsv41_flags.resolution import EMPTY, Resolution, _jsonable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._engine import EngineFacts
+    from dsv41_flags.engines import EngineFacts
 
 #: the framework's own variables always enter (by resolved value for flags and options)
 CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
@@ -37,7 +37,7 @@ CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
 def engine_facts() -> "EngineFacts":
     """The engine adapter's fingerprint facts (``_engine.adapter().fingerprint``: the adapter
     room is the one place that knows the engine); ``NO_FACTS`` without an engine adapter."""
-    from ._engine import NO_FACTS, adapter
+    from dsv41_flags.engines import NO_FACTS, adapter
 
     return adapter().fingerprint or NO_FACTS
 

@@ -15,8 +15,8 @@ launch.
 import datetime
 from typing import Any, Callable, NamedTuple
 
-from ._errors import FlagsError
-from ._values import CastError, cast_bool
+from dsv41_flags.errors import FlagsError
+from dsv41_flags.values import CastError, cast_bool
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"

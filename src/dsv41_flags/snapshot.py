@@ -45,13 +45,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from ._declare import Feature
-from ._errors import Problem, SnapshotError
-from ._files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
-from ._fingerprint import Fingerprint, canonical, is_sha256
-from ._names import RESERVED_TYPES, SNAPSHOT_VAR
-from ._resolution import EMPTY, Resolution, Resolved
-from ._values import CastError, cast, cast_bool
+from dsv41_flags.declare import Feature
+from dsv41_flags.errors import Problem, SnapshotError
+from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
+from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
+from dsv41_flags.names import RESERVED_TYPES, SNAPSHOT_VAR
+from dsv41_flags.resolution import EMPTY, Resolution, Resolved
+from dsv41_flags.values import CastError, cast, cast_bool
 
 VERSION = 3  # 3: declarations (issue 11 review)
 #: above this many bytes the encoded launch is spilled to a private file (Linux: 128 KiB per string)
@@ -325,7 +325,7 @@ def read(raw: str, *, discover_features=None) -> tuple["Launch", tuple[Feature, 
 # -------------------------------------------------------------------------- materialize
 def installed_entry_points() -> set[tuple[str, str]]:
     """``(name, value)`` of every entry point the installed distributions declare in the group."""
-    from ._discovery import feature_entry_points
+    from dsv41_flags.discovery import feature_entry_points
 
     return set(feature_entry_points())
 
@@ -410,7 +410,7 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     feature's declared type and bounds; every key of every loaded feature must be present and no
     other. Raises SnapshotError (DeclarationError from a feature module that fails to import).
     """
-    from ._discovery import discover
+    from dsv41_flags.discovery import discover
 
     discover_features = discover_features or discover
     eps = _pairs(data["entry_points"], "snapshot.entry_points")

@@ -16,12 +16,11 @@ import types
 from pathlib import Path
 from typing import Sequence
 
-from ._bytecode import code_of
-from ._declare import CHECKED_BY_LAUNCH, Feature
-from ._names import RESERVED_KEYS, suggest
-from ._errors import DeclarationError
-from ._files import FEATURE_MAX_BYTES, FileRefused, read_regular
-from ._fingerprint import check_volatile_declarations
+from dsv41_flags.declare import CHECKED_BY_LAUNCH, Feature
+from dsv41_flags.names import RESERVED_KEYS, suggest
+from dsv41_flags.errors import DeclarationError
+from dsv41_flags.files import FEATURE_MAX_BYTES, FileRefused, read_regular
+from dsv41_flags.fingerprint import check_volatile_declarations
 
 ENTRY_POINT_GROUP = "dsv41_flags.features"
 PACKAGE = "dsv41_flags_features"
@@ -45,8 +44,7 @@ def _features_of(obj, origin: str, sha256: str = "") -> list[Feature]:
 
 def _import_file(path: Path, source: bytes):
     """Import the feature module at ``path`` by executing ``source`` (the bytes read once, whose
-    sha256 the launch records: what is hashed is what runs; its compiled code is cached by
-    ``_bytecode`` against exactly these bytes)."""
+    sha256 the launch records: what is hashed is what runs)."""
     if PACKAGE not in sys.modules:
         pkg = types.ModuleType(PACKAGE)
         pkg.__path__ = []
@@ -56,7 +54,7 @@ def _import_file(path: Path, source: bytes):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        exec(code_of(str(path), source), module.__dict__)
+        exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)
     except DeclarationError as exc:
         del sys.modules[name]
         raise DeclarationError(f"{path}: {exc}") from None

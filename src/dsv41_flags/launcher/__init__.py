@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ._runtime import build
-from ._names import SNAPSHOT_VAR
+from dsv41_flags.runtime import build
+from dsv41_flags.names import SNAPSHOT_VAR
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 #: how long ``interpreter_problem`` waits for ``<python> -c "import dsv41_flags"``
 IMPORT_CHECK_TIMEOUT_S = 30.0
 #: a command whose program is a Python interpreter: python, python3, python3.11, ...

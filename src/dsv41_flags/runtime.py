@@ -15,19 +15,19 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
-from ._declare import Feature
-from ._discovery import install_order
-from ._errors import DriftError, FlagsError, SnapshotError
-from ._events import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
-from ._hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
-from ._launch import Launch, encode, read as read_snapshot
-from ._names import SNAPSHOT_VAR
-from ._resolution import Resolution
+from dsv41_flags.declare import Feature
+from dsv41_flags.discovery import install_order
+from dsv41_flags.errors import DriftError, FlagsError, SnapshotError
+from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
+from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
+from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
+from dsv41_flags.names import SNAPSHOT_VAR
+from dsv41_flags.resolution import Resolution
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._fingerprint import Fingerprint
-    from ._live import Switchboard, Toggle
-    from ._patch import Ledger
+    from dsv41_flags.fingerprint import Fingerprint
+    from dsv41_flags.live import Switchboard, Toggle
+    from dsv41_flags.patch import Ledger
 
 # Imported where first used, not here: the drift check (``_drift``) and the patch ledger
 # (``_patch``) when a target is imported, the live switchboard (``_live``) when a live feature is
@@ -76,7 +76,7 @@ def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> 
     for f in files:
         if (f.parent / "features").is_dir():
             return f.parent / "features"
-    from ._settings import PROJECT_SETTINGS
+    from dsv41_flags.settings import PROJECT_SETTINGS
 
     return PROJECT_SETTINGS.parent / "features"
 
@@ -130,7 +130,7 @@ class Runtime:
         """The patch ledger of this process (``_patch.Ledger``), created on first use."""
         if self._ledger is not None:
             return self._ledger
-        from ._patch import Ledger
+        from dsv41_flags.patch import Ledger
 
         return self._once("_ledger", Ledger)
 
@@ -140,7 +140,7 @@ class Runtime:
         created on first use."""
         if self._live is not None:
             return self._live
-        from ._live import Switchboard
+        from dsv41_flags.live import Switchboard
 
         return self._once("_live", Switchboard)
 
@@ -244,7 +244,7 @@ class Runtime:
             return "off", ""
         if not feature.fixed_in:  # no upstream fix declared: nothing to look up
             return "armed", ""
-        from ._drift import fixed_upstream
+        from dsv41_flags.drift import fixed_upstream
 
         reason = fixed_upstream(feature)
         return ("fixed-upstream", reason) if reason else ("armed", "")
@@ -283,7 +283,7 @@ class Runtime:
             on = self.value(feature)
             state, reason = self.gate(feature)
             if state == "off" and feature.live:
-                from ._drift import fixed_upstream
+                from dsv41_flags.drift import fixed_upstream
 
                 reason = fixed_upstream(feature)  # a live feature off at boot is hooked, unless
                 if reason:                        # upstream carries the fix
@@ -327,8 +327,8 @@ class Runtime:
         st = self._states.get(feature.name)
         if self.abandoned and feature.name not in self._disarmed:
             self._disarmed.add(feature.name)
-            from ._activation import import_failed
-            from ._errors import ActivationError
+            from dsv41_flags.activation import import_failed
+            from dsv41_flags.errors import ActivationError
 
             import_failed(ActivationError(f"{self.abandoned}; feature {feature.name!r} is NOT "
                                           f"installed on {feature.target}"), feature.name)
@@ -385,8 +385,8 @@ class Runtime:
         traceback and other features go on. A live feature that is off never stops the process
         (nothing was asked of it): its drift or failure is reported and it cannot be switched on.
         """
-        from ._drift import missing_on, version_problem
-        from ._patch import InstallContext
+        from dsv41_flags.drift import missing_on, version_problem
+        from dsv41_flags.patch import InstallContext
 
         start = time.perf_counter()
         strict = self.strict and self.value(feature)
@@ -451,7 +451,7 @@ class Runtime:
         With ``name=None`` the framework's own patches (the engine's live-switch RPC) are restored
         too."""
         if name is None:
-            from ._live import BUILTIN
+            from dsv41_flags.live import BUILTIN
 
             self.ledger.uninstall(BUILTIN)
         for feature in reversed(list(self.features.values())):
@@ -477,7 +477,7 @@ class Runtime:
         ``(feature, new value)``; changes nothing. Raises SwitchError (unknown feature, bad value,
         patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
         NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
-        from ._live import SWITCHABLE_STATES, SwitchError, check_declared
+        from dsv41_flags.live import SWITCHABLE_STATES, SwitchError, check_declared
 
         feature, new = check_declared(self.features, name, value)
         st = self._states.get(name)
@@ -712,10 +712,10 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     if refused is not None and resolution.strict:
         raise refused
     if argv is None:
-        from ._fingerprint import own_argv
+        from dsv41_flags.fingerprint import own_argv
 
         argv = own_argv()
-    from ._fingerprint import compute
+    from dsv41_flags.fingerprint import compute
 
     fingerprint = compute(resolution, features, argv, environ)
     rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)))
@@ -746,7 +746,7 @@ def settings_file_list(value: Any) -> list[str] | None:
             break
         paths.append(path)
     if items is None:
-        from ._errors import Problem, SettingsError
+        from dsv41_flags.errors import Problem, SettingsError
 
         try:
             shown = repr(value)
@@ -792,7 +792,7 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
     ``resolution.problems`` (not raised). Raises SettingsError for a missing/unreadable settings
     file or an unknown profile, DeclarationError for bad feature declarations.
     """
-    from . import _settings  # the settings loader: only where a launch is resolved (not in children)
+    import dsv41_flags.settings as _settings  # the settings loader: only where a launch is resolved (not in children)
 
     environ = os.environ if environ is None else environ
     files, _how = _settings.find_settings_files(settings_files, environ)
@@ -803,12 +803,12 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
         configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"])
     fdir = features_dir or default_features_dir(reserved, [Path(f) for f in files])
     if reserved.get("FEATURES_DIR") and not fdir.is_dir():
-        from ._errors import Problem, SettingsError
+        from dsv41_flags.errors import Problem, SettingsError
 
         raise SettingsError([Problem("FEATURES_DIR", "settings", f"features_dir {str(fdir)!r} is not a "
                                      f"directory (set by features_dir / DSV41_FEATURES_DIR; relative "
                                      f"paths are taken from the settings file's directory)")])
-    from ._discovery import discover
+    from dsv41_flags.discovery import discover
 
     features = discover(fdir)
     resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes, fdir)

@@ -20,9 +20,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ._declare import Feature
-from ._release import Release
-from ._static import Checker
+from dsv41_flags.declare import Feature
+from dsv41_flags.upgrade_gate.releases import Release
+from dsv41_flags.upgrade_gate.static_check import Checker
 
 FAILING = ("drifted", "undecided", "out-of-range", "unreadable")
 

@@ -21,11 +21,11 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._errors import ActivationError, FlagsError, SnapshotError
-from ._launch import spill_path
-from ._runtime import Runtime, build
-from ._names import SNAPSHOT_VAR
-from ._values import CastError, cast_bool
+from dsv41_flags.errors import ActivationError, FlagsError, SnapshotError
+from dsv41_flags.snapshot import spill_path
+from dsv41_flags.runtime import Runtime, build
+from dsv41_flags.names import SNAPSHOT_VAR
+from dsv41_flags.values import CastError, cast_bool
 
 EXIT_STRICT = 3
 
@@ -118,7 +118,7 @@ def _activate(settings_files, profile, role, context, export) -> Runtime:
         return rt
 
 
-def runtime() -> Runtime | None:
+def current_runtime() -> Runtime | None:
     """The runtime of this process, or None before ``activate`` (or when it failed before a
     runtime existed)."""
     rt = _RUNTIME
@@ -142,7 +142,7 @@ def set_process_state(state: tuple[Runtime | None, tuple[int, BaseException] | N
 def _reporting_runtime() -> Runtime | None:
     """The runtime whose states ``flags.error`` reports: the published one, else the half-armed
     runtime of a failed or interrupted activation of this process (never handed out)."""
-    rt = runtime()
+    rt = current_runtime()
     if rt is None and _PARTIAL is not None and _PARTIAL[0] == os.getpid():
         rt = _PARTIAL[1]
     if rt is None and _ACTIVATING is not None and _ACTIVATING[0] == os.getpid():
@@ -243,7 +243,7 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
     if rt is not None:
         fields["states"] = rt.recorded_states()
     try:
-        from ._events import ProcessContext, configure, get_logger
+        from dsv41_flags.logs import ProcessContext, configure, get_logger
 
         if rt is not None:
             log = rt.log
@@ -280,7 +280,7 @@ def activate_entry(entry: str, *, role: str | None = None,
     except Exception as exc:
         if fail(exc, entry, role, context):
             raise SystemExit(EXIT_STRICT) from None
-        return runtime()
+        return current_runtime()
     except BaseException as exc:
         fail(exc, entry, role, context)
         raise
@@ -299,7 +299,7 @@ def stop_process(status: int = EXIT_STRICT) -> None:
             pass
     try:
         path = spill_path(os.environ.get(SNAPSHOT_VAR, ""))
-        rt = runtime()
+        rt = current_runtime()
         if path and rt is not None and rt.launch_pid == os.getpid():
             Path(path).unlink(missing_ok=True)
     except Exception:
@@ -370,7 +370,7 @@ def _bootstrap_activate(role: str | None = None) -> None:
 def _activate_before_spawn_target() -> None:
     import multiprocessing.process as mpp
 
-    from ._engine import adapter
+    from dsv41_flags.engines import adapter
 
     original = mpp.BaseProcess._bootstrap
 

@@ -16,13 +16,13 @@ import typer
 from rich.console import Console
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from ._drift import engine_version, fixed_upstream, version_problem
-from ._errors import DeclarationError, FlagsError, SettingsError
-from ._names import RESERVED, suggest
-from ._fingerprint import compute, prefix_sources
-from ._launch import Launch
-from ._runtime import Runtime, resolve_launch
-from ._resolution import _jsonable
+from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
+from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
+from dsv41_flags.names import RESERVED, suggest
+from dsv41_flags.fingerprint import compute, prefix_sources
+from dsv41_flags.snapshot import Launch
+from dsv41_flags.runtime import Runtime, resolve_launch
+from dsv41_flags.resolution import _jsonable
 
 
 try:  # typer >= 0.2x coerces every parameter through a pydantic TypeAdapter (see _plain_values)
@@ -229,7 +229,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     each feature's state now, the generation and step of each rank and its switches. Exit 1 when
     the server cannot be asked or its ranks disagree on the generation."""
     if url:
-        from ._live_cli import remote_status
+        from dsv41_flags.cli.remote import remote_status
 
         remote_status(url, as_json, out, err, _emit_json)
         return
@@ -314,7 +314,7 @@ def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
     lockstep: all ranks at the same step, or none (a rank that cannot apply it makes every rank
     keep its value). The switch is an override until the next launch: the settings files stay the
     source of truth at boot. Exit 0 applied; 1 refused or unreachable; 2 not NAME=VALUE."""
-    from ._live_cli import remote_set
+    from dsv41_flags.cli.remote import remote_set
 
     remote_set(assignment, url, by, as_json, out, err, _emit_json)
 
@@ -365,7 +365,7 @@ def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str
 def _drift_problems(features, resolution, fdir) -> list:
     """Problems (key ``DRIFT``) for the features armed by ``resolution`` that drifted from the
     installed engine's source: errors in strict mode (that boot would stop), else warnings."""
-    from ._errors import Problem
+    from dsv41_flags.errors import Problem
 
     return [Problem("DRIFT", f"profile {resolution.profile}",
                     f"feature {r['name']!r} is armed in profile {resolution.profile} but its target "
@@ -405,7 +405,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
                                    "choices": list(o.choices), "volatile": o.volatile, "help": o.help}
                                   for o in feature.options]}
     elif wanted in resolution.reserved_values:
-        from ._settings import reserved_caster
+        from dsv41_flags.settings import reserved_caster
 
         shown = [wanted]
         chains = {wanted: (resolution.reserved_values[wanted],) + reserved_caster(wanted)}
@@ -472,7 +472,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
 
 def _kind_of(option) -> tuple:
     """``(kind, caster)`` of a feature key: its flag (``option`` None) or an option."""
-    from ._values import cast_bool
+    from dsv41_flags.values import cast_bool
 
     return ("bool", cast_bool) if option is None else (option.kind, option.cast)
 
@@ -482,8 +482,8 @@ def _explained(resolved, kind: str, caster) -> dict:
     is valid (cast as the resolution casts it: ``kind`` and ``caster``) and the reason when not,
     and which one wins (the valid layer the resolved value came from). The same for flags,
     options and reserved settings."""
-    from ._settings import cast_layer
-    from ._values import CastError
+    from dsv41_flags.settings import cast_layer
+    from dsv41_flags.values import CastError
 
     key = resolved.key
     layers = []
@@ -518,7 +518,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
 
     --diff exits 0 for the same launch, 1 for a different one, 2 when the sidecar cannot be read
     as one."""
-    from ._sidecar import diff as payload_diff, read_sidecar, write_sidecar  # here: status skips it
+    from dsv41_flags.cache_keeping import diff as payload_diff, read_sidecar, write_sidecar  # here: status skips it
 
     argv = list(ctx.args)
     features, resolution, _ = _load(settings, profile, as_json)
@@ -593,7 +593,7 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
                   settings: Optional[List[Path]] = SettingsOpt, as_json: bool = JsonOpt) -> None:
     """Flags and options that differ between two profiles, and whether their fingerprints differ
     (an A/B boot across them re-tunes when they do)."""
-    from ._sidecar import diff as payload_diff
+    from dsv41_flags.cache_keeping import diff as payload_diff
 
     fa, ra, _ = _load(settings, profile_a, as_json)
     fb, rb, _ = _load(settings, profile_b, as_json)
@@ -681,8 +681,8 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
 def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
     """The upgrade gate: a matrix of features x releases (see ``_gate``); exit 1 when a chosen
     feature would not install on a named release."""
-    from ._gate import FAILING, matrix
-    from ._release import open_release
+    from dsv41_flags.upgrade_gate.matrix import FAILING, matrix
+    from dsv41_flags.upgrade_gate.releases import open_release
 
     engines = tuple(dict.fromkeys(f.engine_requirement.name for f in chosen if f.engine))
     tops = tuple(dict.fromkeys(f.target.split(".")[0] for f in chosen))
@@ -722,7 +722,7 @@ def _escape(text: str) -> str:
 
 def _missing_texts(feature, verdicts: list[dict]) -> list[str]:
     """The engine version problem (if any) then every requirement not decided ok, as short texts."""
-    from ._drift import Verdict
+    from dsv41_flags.drift import Verdict
 
     bad_version = version_problem(feature)
     texts = [Verdict(**v).describe() for v in verdicts if v["verdict"] != "ok"]
@@ -741,9 +741,10 @@ def _verdicts_of(feature, fdir, *, live: bool = False) -> tuple[list[dict], str 
     """One verdict dict per requirement (see ``Verdict.to_dict``) and the target's source file."""
     if live:
         return _live_verdicts(feature, fdir), None
-    from ._static_cache import installed_check
+    from dsv41_flags.upgrade_gate.static_check import check_feature
 
-    return installed_check(feature)
+    result = check_feature(feature)
+    return [v.to_dict() for v in result.verdicts], result.source
 
 
 def _live_verdicts(feature, fdir) -> list[dict]:
@@ -752,8 +753,8 @@ def _live_verdicts(feature, fdir) -> list[dict]:
 
     code = ("import importlib, json, sys\n"
             "from pathlib import Path\n"
-            "from dsv41_flags._discovery import discover\n"
-            "from dsv41_flags._drift import verdicts_on\n"
+            "from dsv41_flags.discovery import discover\n"
+            "from dsv41_flags.drift import verdicts_on\n"
             f"f = {{x.name: x for x in discover(Path({str(fdir)!r}))}}[{feature.name!r}]\n"
             "try:\n    m = importlib.import_module(f.target)\n"
             "except Exception as e:\n    print(json.dumps({'error': f'{type(e).__name__}: {e}'})); sys.exit()\n"
@@ -788,7 +789,7 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     also joined as -Es, -IS, or on a script's #! line) is refused in strict mode (exit 1) and
     warned about otherwise. Exit code and signals pass through (the command replaces this
     process)."""
-    from ._launcher import bootstrap_bypass, exec_command, interpreter_problem, prepare
+    from dsv41_flags.launcher import bootstrap_bypass, exec_command, interpreter_problem, prepare
 
     if not ctx.args:
         err.print("error: missing the command: dsv41-flags run [OPTIONS] -- CMD [ARGS]...",

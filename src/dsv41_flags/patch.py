@@ -191,7 +191,7 @@ class InstallContext:
                 return guarded
 
         if self.gate is not None:
-            from ._live import gated
+            from dsv41_flags.live import gated
 
             make = gated(make, self.gate, f"{getattr(owner, '__qualname__', getattr(owner, '__name__', owner))}.{attr}")
         return self.ledger.patch(self.feature.name, owner, attr, make).replacement

@@ -21,10 +21,10 @@ import hashlib
 import json
 from typing import Any
 
-from ._errors import FlagsError
-from ._events import get_logger
-from ._fingerprint import volatile_names
-from ._declare import ENV_PREFIX
+from dsv41_flags.errors import FlagsError
+from dsv41_flags.logs import get_logger
+from dsv41_flags.fingerprint import volatile_names
+from dsv41_flags.declare import ENV_PREFIX
 
 
 
@@ -148,7 +148,7 @@ def register_guard(runtime, *, reason: str = "", engine=None) -> bool:
     process, ``reason`` says why): the rank still joins with ``unavailable_view``. ``engine``:
     the adapter (default: this environment's). Returns False when the engine offers no hook."""
     if engine is None:
-        from ._engine import adapter
+        from dsv41_flags.engines import adapter
 
         engine = adapter()
     return engine.on_world_ready(lambda group: check_ranks(runtime, group, reason=reason))

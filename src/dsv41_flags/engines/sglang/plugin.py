@@ -15,11 +15,11 @@ def load() -> None:
     off, stop the process (exit 3): the engine's loader would swallow an exception and boot with
     nothing applied."""
     try:
-        from ._engine import adapter
+        from dsv41_flags.engines import adapter
 
         entry = adapter().plugin_entry
     except Exception as exc:
-        from ._errors import stop_unloadable
+        from dsv41_flags.errors import stop_unloadable
 
         stop_unloadable("loading the engine adapter", exc)
         return

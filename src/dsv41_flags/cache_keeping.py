@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._files import read_regular
-from ._fingerprint import Fingerprint, is_sha256
-from ._resolution import _jsonable
+from dsv41_flags.files import read_regular
+from dsv41_flags.fingerprint import Fingerprint, is_sha256
+from dsv41_flags.resolution import _jsonable
 
 SIDECAR_SUFFIX = ".launch"
 

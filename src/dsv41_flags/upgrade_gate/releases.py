@@ -25,7 +25,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ._sources import SourceView, find_in_dir
+from dsv41_flags.upgrade_gate.sources import SourceView, find_in_dir
 
 PIP_TIMEOUT_S = 900
 
@@ -53,11 +53,9 @@ def version_from_tree(base: Path, top: str) -> str | None:
 
 def cache_dir() -> Path:
     """Where fetched engine wheels are kept: ``$XDG_CACHE_HOME/dsv41-flags/engines``, else
-    ``~/.cache/dsv41-flags/engines`` (under the framework's one cache root,
-    ``_static_cache.cache_root``)."""
-    from ._static_cache import cache_root
-
-    return cache_root() / "engines"
+    ``~/.cache/dsv41-flags/engines``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "dsv41-flags" / "engines"
 
 
 class WheelView:

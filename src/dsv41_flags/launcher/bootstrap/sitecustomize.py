@@ -86,7 +86,7 @@ def _activate():
     """Activation and error policy live in the package (``_activation.bootstrap``): a failure is a
     ``flags.error`` event and, in strict mode, exit status 3 before the program runs."""
     try:
-        from dsv41_flags import _activation
+        import dsv41_flags.activation as _activation
     except ImportError:  # an interpreter without the package: say so, features are not applied
         sys.stderr.write(f"dsv41_flags: not importable in {sys.executable}: no feature is applied "
                          f"in this process (pid {os.getpid()})\n")
@@ -100,7 +100,7 @@ def _activate():
         return
     _activation.bootstrap()
     if _chain_error is not None:
-        rt = _activation.runtime()
+        rt = _activation.current_runtime()
         if rt is not None:
             rt.log.error("sitecustomize.failed", path=_chain_error[0], error=_chain_error[1],
                          note="the user's sitecustomize raised; dsv41_flags activated anyway")

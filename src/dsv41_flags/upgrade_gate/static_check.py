@@ -40,10 +40,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._declare import Feature
-from ._requires import Require
-from ._drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
-from ._sources import _COMPILED, InstalledView, SourceView
+from dsv41_flags.declare import Feature
+from dsv41_flags.requires import Require
+from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
+from dsv41_flags.upgrade_gate.sources import _COMPILED, InstalledView, SourceView
 
 _MAX_FOLLOW = 8
 #: non-stdlib modules safe to import for live introspection (no side effects, fast)
@@ -399,8 +399,6 @@ class Checker:
 
     def _module_thing(self, module: str, imported: frozenset = frozenset()):
         if _is_stdlib(module) or module.split(".")[0] in _LIVE_SAFE:
-            if not _is_stdlib(module) and hasattr(self.view, "note_live"):
-                self.view.note_live(module)  # a recording view (``_static_cache``) must know
             obj = _live_module(module)
             return _Live(obj) if obj is not None else _Opaque(f"module {module} cannot be imported here")
         if self._find(module) is None:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import typer
 
-from ._live import SwitchError, parse_assignment, parse_value
+from dsv41_flags.live import SwitchError, parse_assignment, parse_value
 
 
 def _rank(entry: dict) -> str:
@@ -76,7 +76,7 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, er
             err.print(f"error: {exc}", style="red")
         raise typer.Exit(2) from None
     url = check_url(url, err, as_json, emit_json)
-    from ._engine import adapter
+    from dsv41_flags.engines import adapter
 
     try:
         data = adapter().remote_switch(url, name, value, by or _who())
@@ -104,7 +104,7 @@ def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], 
     cannot be asked or its ranks are on different generations (``generations_agree`` is null
     when no rank answered); 2 when ``url`` is not an http:// URL."""
     url = check_url(url, err, as_json, emit_json)
-    from ._engine import adapter
+    from dsv41_flags.engines import adapter
 
     try:
         data = adapter().remote_status(url)

@@ -9,10 +9,10 @@ parser, so a child that activates from the snapshot imports no settings machiner
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
-from ._errors import Problem, SettingsError
+from dsv41_flags.errors import Problem, SettingsError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._declare import Feature
+    from dsv41_flags.declare import Feature
 
 #: the shared read-only empty mapping: default of the records' mapping fields
 EMPTY: Mapping[str, Any] = MappingProxyType({})

@@ -19,13 +19,13 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._declare import Feature
-from ._names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
+from dsv41_flags.declare import Feature
+from dsv41_flags.names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
-from ._errors import Problem, SettingsError
-from ._files import SETTINGS_MAX_BYTES, FileRefused, read_regular
-from ._resolution import Resolution, Resolved
-from ._values import CastError, cast, cast_bool, check_file_value
+from dsv41_flags.errors import Problem, SettingsError
+from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
+from dsv41_flags.resolution import Resolution, Resolved
+from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
 
 DEFAULT_PROFILE = "default"
 #: the default settings shipped inside the package (the repository's top-level settings.toml is a

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._declare import DOTTED_NAME
-from ._errors import DeclarationError
+from dsv41_flags.declare import DOTTED_NAME
+from dsv41_flags.errors import DeclarationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from packaging.specifiers import SpecifierSet

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
 
-from ._declare import Feature
+from dsv41_flags.declare import Feature
 
 
 def engine_version(feature: Feature) -> str | None:
