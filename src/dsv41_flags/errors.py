@@ -67,21 +67,3 @@ class ActivationError(FlagsError):
     (a half-armed runtime is never handed out). ``__cause__`` is the original error."""
 
 
-def stop_unloadable(what: str, exc: BaseException) -> None:
-    """The package or its engine adapter cannot be loaded, so no structured event is possible:
-    write one ``flags.error`` line on stderr (``what`` raised ``exc``), then stop the process with
-    exit status 3 (SystemExit) unless ``DSV41_STRICT`` is off; returns only then. An engine's
-    plugin loader swallows an exception and would boot with nothing applied."""
-    line = (f"dsv41_flags: flags.error pid={os.getpid()} entry=plugin {what} raised "
-            f"{type(exc).__name__}: {exc}\n")
-    try:
-        sys.stderr.write(line)
-        sys.stderr.flush()
-    except Exception:  # stderr closed, replaced or full: the descriptor, else nothing
-        try:
-            os.write(2, line.encode("utf-8", "backslashreplace"))
-        except OSError:
-            pass
-    if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
-        return
-    raise SystemExit(3) from None

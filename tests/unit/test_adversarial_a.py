@@ -290,7 +290,7 @@ def test_item8a_failed_non_strict_plugin_activation_still_joins_the_rank_guard(d
         import dsv41_flags.rank_guard as g
         calls = []
         g.register_guard = lambda rt, reason="", engine=None: calls.append([rt, reason]) or True
-        import dsv41_flags.engines.sglang.plugin as _plugin
+        import dsv41_flags_plugin as _plugin
         _plugin.load()
         print(json.dumps(calls))
     """, DSV41_STRICT="0", DSV41_DEMO_PATCH_N="abc")

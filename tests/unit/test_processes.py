@@ -146,7 +146,7 @@ def test_launcher_refuses_bad_settings_before_starting(launch):
 
 def test_plugin_and_launcher_in_one_process_activate_once(launch):
     tmp, settings, env = launch
-    code = ("import dsv41_flags, dsv41_flags.engines.sglang.plugin as p\n"
+    code = ("import dsv41_flags, dsv41_flags_plugin as p\n"
             "a = dsv41_flags.current_runtime(); p.load(); b = dsv41_flags.activate()\n"
             "print(a is b and a is not None)\n")
     proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", code], env=env,

@@ -266,7 +266,7 @@ def test_hypothesis_no_snapshot_json_yields_an_internal_error(demo, data):
 # ------------------------------------------------------------------ error policy, every entry
 def test_item1_malformed_snapshot_under_the_plugin_entry_stops_with_an_event(demo):
     proc = run_py(demo, """
-        import dsv41_flags.engines.sglang.plugin as _plugin
+        import dsv41_flags_plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """, DSV41_SNAPSHOT='{"v":1}')
@@ -301,7 +301,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
         'n = ctx.options["n"]', 'raise MemoryError("boom")'))
     proc = run_py(demo, f"""
         import {demo.target}
-        import dsv41_flags.engines.sglang.plugin as _plugin
+        import dsv41_flags_plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """)
@@ -315,7 +315,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
         def broken(*a, **k):
             raise ZeroDivisionError("internal")
         r.resolve_launch = broken
-        import dsv41_flags.engines.sglang.plugin as _plugin
+        import dsv41_flags_plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """)
@@ -328,7 +328,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
         def broken(*a, **k):
             raise ZeroDivisionError("internal")
         r.resolve_launch = broken
-        import dsv41_flags.engines.sglang.plugin as _plugin
+        import dsv41_flags_plugin as _plugin
         _plugin.load()
         print("BOOTED")
     """, DSV41_STRICT="0")
@@ -338,7 +338,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
 
 
 def test_item13_settings_error_under_the_plugin_is_a_structured_event(demo):
-    proc = run_py(demo, "from dsv41_flags.engines.sglang import plugin\nplugin.load()\nprint('BOOTED')\n",
+    proc = run_py(demo, "import dsv41_flags_plugin as plugin\nplugin.load()\nprint('BOOTED')\n",
                   DSV41_DEMO_PATCH="maybe")
     assert proc.returncode == 3 and "BOOTED" not in proc.stdout
     (err,) = [e for e in events(proc.stderr) if e["event"] == "flags.error"]
@@ -441,7 +441,7 @@ def test_audit_lost_follows_what_the_engine_would_call(demo):
 def test_item14_plugin_reads_ranks_before_the_first_event(demo):
     proc = run_py(demo, f"""
         import {demo.target}
-        import dsv41_flags.engines.sglang.plugin as _plugin
+        import dsv41_flags_plugin as _plugin
         def load_plugins():
             _plugin.load()
         def run_scheduler_process(server_args, port_args, gpu_id, tp_rank, pp_rank, dp_rank, pipe):

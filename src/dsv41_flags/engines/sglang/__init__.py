@@ -329,12 +329,11 @@ PLUGIN_ENTRY_NAME = "sglang-plugin"
 NO_GUARD_ROLES = ("engine", "detokenizer", "data_parallel_controller")
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
 PLUGIN_GROUP = "sglang.srt.plugins"
-#: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``): the
-#: package's ``_plugin.load``, which imports nothing at module level (a package that cannot load
+#: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``):
+#: ``dsv41_flags_plugin.load``, which imports nothing at module level (a package that cannot load
 #: still says so and stops), then calls ``load`` below through the adapter
-PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags.engines.sglang.plugin:load")
-#: the entries of earlier installs (their metadata named this room's ``load`` directly)
-PLUGIN_ENTRIES = {PLUGIN_ENTRY, ("dsv41_flags", "dsv41_flags.engines.sglang:load")}
+PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags_plugin:load")
+PLUGIN_ENTRIES = {PLUGIN_ENTRY}
 #: rank arguments of sglang's process entry functions, in report order
 RANKS = ("tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 #: process entry functions of sglang 0.5.23 that call ``load_plugins()`` first thing
@@ -804,7 +803,7 @@ def load() -> None:
     try:
         from dsv41_flags.activation import EXIT_STRICT, activate_entry, fail
     except Exception as exc:  # the package itself is broken here: no event possible
-        from dsv41_flags.errors import stop_unloadable
+        from dsv41_flags_plugin import stop_unloadable
 
         stop_unloadable("importing dsv41_flags", exc)
         return
