@@ -58,6 +58,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
     from flashinfer.autotuner import AutoTuner, ProfilingCacheKey, _collect_metadata
 
     import dsv41_flags
+    import dsv41_flags.cache_keeping
     from dsv41_flags.runtime import build
 
     assert TARGET not in sys.modules
