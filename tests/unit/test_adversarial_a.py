@@ -67,7 +67,7 @@ def test_read_regular_refuses_fifo_device_dir_symlink_and_oversize(tmp_path):
      "nested too deep"),
     (lambda d: (d / "f.toml").write_text("[default]\nx = " + "9" * 5000 + "\n"), "is not valid TOML"),
 ])
-def test_items_4_5_6_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason):
+def test_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason):
     from dsv41_flags.settings import find_settings_files
 
     make(tmp_path)
@@ -76,7 +76,7 @@ def test_items_4_5_6_bad_settings_files_are_settings_errors_not_hangs(tmp_path, 
     assert str(tmp_path / "f.toml") in str(exc.value)
 
 
-def test_item4_fifo_local_companion_is_refused(tmp_path):
+def test_fifo_local_companion_is_refused(tmp_path):
     from dsv41_flags.settings import find_settings_files
 
     (tmp_path / "settings.toml").write_text("[default]\n")
@@ -85,7 +85,7 @@ def test_item4_fifo_local_companion_is_refused(tmp_path):
         _no_block(find_settings_files, [tmp_path / "settings.toml"], {})
 
 
-def test_item4_fifo_feature_file_is_a_declaration_error_not_a_hang(demo):
+def test_fifo_feature_file_is_a_declaration_error_not_a_hang(demo):
     from dsv41_flags import DeclarationError
 
     os.mkfifo(demo.feats / "zz.py")
@@ -93,7 +93,7 @@ def test_item4_fifo_feature_file_is_a_declaration_error_not_a_hang(demo):
         _no_block(parent, demo)
 
 
-def test_item7_feature_file_symlink_is_refused(demo, tmp_path):
+def test_feature_file_symlink_is_refused(demo, tmp_path):
     from dsv41_flags import DeclarationError
 
     other = tmp_path / "elsewhere.py"
@@ -104,7 +104,7 @@ def test_item7_feature_file_symlink_is_refused(demo, tmp_path):
         parent(demo)
 
 
-def test_item4_6_snapshot_spill_fifo_and_directory_are_snapshot_errors(tmp_path):
+def test_snapshot_spill_fifo_and_directory_are_snapshot_errors(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     for path, reason in ((fifo, "is a FIFO, not a regular file"),
@@ -114,7 +114,7 @@ def test_item4_6_snapshot_spill_fifo_and_directory_are_snapshot_errors(tmp_path)
 
 
 # ------------------------------------------------------------ kind: exceptions escaping the checks
-def test_item6_casters_are_total():
+def test_casters_are_total():
     with pytest.raises(CastError, match="too long: 5000 digits"):
         cast("int", "9" * 5000)
     with pytest.raises(CastError):
@@ -123,19 +123,19 @@ def test_item6_casters_are_total():
         cast("list", [["nested"]])
 
 
-def test_item6_huge_int_variable_is_a_settings_error(demo):
+def test_huge_int_variable_is_a_settings_error(demo):
     with pytest.raises(SettingsError, match=r"DEMO_PATCH_N=.*too long: 5000 digits"):
         parent(demo, DSV41_DEMO_PATCH_N="9" * 5000)
 
 
-def test_item6_huge_int_in_snapshot_is_a_snapshot_error(demo):
+def test_huge_int_in_snapshot_is_a_snapshot_error(demo):
     data = json.loads(parent(demo).snapshot())
     data["resolution"]["values"]["DEMO_PATCH_N"]["value"] = "9" * 5000
     with pytest.raises(SnapshotError, match="too long"):
         child(json.dumps(data))
 
 
-def test_item6_any_exception_reading_the_snapshot_is_a_snapshot_error(demo, monkeypatch):
+def test_any_exception_reading_the_snapshot_is_a_snapshot_error(demo, monkeypatch):
     import dsv41_flags.snapshot as _launch
 
     def boom(*a, **k):
@@ -146,7 +146,7 @@ def test_item6_any_exception_reading_the_snapshot_is_a_snapshot_error(demo, monk
         child(parent(demo).snapshot())
 
 
-def test_item6_non_strict_falls_back_on_an_unexpected_snapshot_failure(demo):
+def test_non_strict_falls_back_on_an_unexpected_snapshot_failure(demo):
     """The fallback keys on SnapshotError, which now covers every failure of the codec."""
     proc = run_py(demo, """
         import dsv41_flags
@@ -160,7 +160,7 @@ def test_item6_non_strict_falls_back_on_an_unexpected_snapshot_failure(demo):
 
 
 # ------------------------------------------------------------ kind: the snapshot vouches for itself
-def test_item7_fingerprint_digest_is_recomputed(demo):
+def test_fingerprint_digest_is_recomputed(demo):
     data = json.loads(parent(demo).snapshot())
     data["fingerprint"]["payload"]["argv"] = ["forged"]
     with pytest.raises(SnapshotError, match="is not the sha256 of its payload"):
@@ -172,7 +172,7 @@ def test_item7_fingerprint_digest_is_recomputed(demo):
 
 
 # ------------------------------------------------------------ kind: activation published half done
-def test_item1_fork_during_activation_fails_the_child_with_an_event(demo):
+def test_fork_during_activation_fails_the_child_with_an_event(demo):
     """Another thread is activating (its flags.resolved write sleeps 0.4 s) when the process
     forks: the child never gets the half-built runtime as 'armed'; activate() raises
     ActivationError with a flags.error event naming the cause."""
@@ -208,12 +208,12 @@ def test_item1_fork_during_activation_fails_the_child_with_an_event(demo):
     assert errors and "forked while another thread" in errors[0]["cause"]
 
 
-def test_item1_armed_means_a_hook_is_registered(demo):
+def test_armed_means_a_hook_is_registered(demo):
     rt = parent(demo)  # built, never armed
     assert [s.state for s in rt.states()] == ["not-armed"]
 
 
-def test_item1_audit_reports_an_imported_but_never_installed_target_as_missed(demo):
+def test_audit_reports_an_imported_but_never_installed_target_as_missed(demo):
     from dsv41_flags.runtime import FeatureState
 
     rt = parent(demo)
@@ -235,7 +235,7 @@ def test_item1_audit_reports_an_imported_but_never_installed_target_as_missed(de
 
 
 # ------------------------------------------------------------ kind: BaseException during activation
-def test_item2_keyboard_interrupt_during_activation_is_latched_and_reported(demo):
+def test_keyboard_interrupt_during_activation_is_latched_and_reported(demo):
     (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
         '    n = ctx.options["n"]', '    raise KeyboardInterrupt'))
     proc = run_py(demo, f"""
@@ -257,7 +257,7 @@ def test_item2_keyboard_interrupt_during_activation_is_latched_and_reported(demo
 
 
 # ------------------------------------------------------------ kind: half-imported target
-def test_item3_target_still_importing_in_another_thread_installs_when_the_import_completes(demo):
+def test_target_still_importing_in_another_thread_installs_when_the_import_completes(demo):
     (demo.dir / f"{demo.target}.py").write_text(
         "class Worker:\n    def forward(self):\n        return 'stock'\n"
         "import time\ntime.sleep(3)\n"
@@ -284,7 +284,7 @@ def test_item3_target_still_importing_in_another_thread_installs_when_the_import
 
 
 # ------------------------------------------------------------ follow-ups (8a, 8b)
-def test_item8a_failed_non_strict_plugin_activation_still_joins_the_rank_guard(demo):
+def test_failed_non_strict_plugin_activation_still_joins_the_rank_guard(demo):
     proc = run_py(demo, """
         import json
         import dsv41_flags.rank_guard as g
@@ -300,7 +300,7 @@ def test_item8a_failed_non_strict_plugin_activation_still_joins_the_rank_guard(d
     assert "flags.error" in [e["event"] for e in events(proc.stderr)]
 
 
-def test_item8b_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(demo):
+def test_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(demo):
     (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
         '"Worker.forward"', '"Worker.gone"'))
     proc = run_py(demo, f"""
@@ -323,7 +323,7 @@ def test_item8b_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(de
     assert err["outcome"].startswith("stopped: exit status 3")
 
 
-def test_item3_8b_strict_drift_found_when_another_threads_import_completes_stops_with_exit_3(demo):
+def test_strict_drift_found_when_another_threads_import_completes_stops_with_exit_3(demo):
     (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
         '"Worker.forward"', '"Worker.gone"'))
     (demo.dir / f"{demo.target}.py").write_text(
@@ -344,7 +344,7 @@ def test_item3_8b_strict_drift_found_when_another_threads_import_completes_stops
     assert "Worker.gone" in err["cause"] and err["outcome"].startswith("stopped: exit status 3")
 
 
-def test_item6_features_dir_symlink_loop_is_a_settings_error(demo, tmp_path):
+def test_features_dir_symlink_loop_is_a_settings_error(demo, tmp_path):
     loop = tmp_path / "loopdir"
     loop.symlink_to(loop)
     with pytest.raises(SettingsError, match=r"features_dir=.*cannot be resolved: RuntimeError"):

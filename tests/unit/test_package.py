@@ -93,7 +93,7 @@ def cli(monkeypatch, tmp_path):
 
 
 # ------------------------------------------------------------------ 2, 3, 4: the launcher
-def test_input2_user_sitecustomize_path_edits_and_identity_are_kept(launch):
+def test_user_sitecustomize_path_edits_and_identity_are_kept(launch):
     usersite, extra = launch.dir / "usersite", launch.dir / "extra"
     usersite.mkdir()
     extra.mkdir()
@@ -114,7 +114,7 @@ def test_input2_user_sitecustomize_path_edits_and_identity_are_kept(launch):
     assert under.stdout.splitlines()[1] == plain.stdout.splitlines()[1]
 
 
-def test_input2_package_form_sitecustomize(launch):
+def test_package_form_sitecustomize(launch):
     pkg = launch.dir / "usersite" / "sitecustomize"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("from . import helper\nMARK = helper.X\n")
@@ -126,7 +126,7 @@ def test_input2_package_form_sitecustomize(launch):
     assert proc.stdout.strip() == "pkg"
 
 
-def test_input3_empty_pythonpath_entry_is_kept(launch):
+def test_empty_pythonpath_entry_is_kept(launch):
     (launch.dir / "localmod.py").write_text("X = 'local'\n")
     assert python_path(":/opt/x") == f"{BOOTSTRAP_DIR}::/opt/x"
     assert python_path(None) == python_path("") == str(BOOTSTRAP_DIR)
@@ -141,7 +141,7 @@ def test_input3_empty_pythonpath_entry_is_kept(launch):
 
 @pytest.mark.parametrize("raise_", ["raise ImportError('no module named nope')",
                                     "raise RuntimeError('user site broke')"])
-def test_input4_errors_in_user_sitecustomize_are_reported_and_activation_goes_on(launch, raise_):
+def test_errors_in_user_sitecustomize_are_reported_and_activation_goes_on(launch, raise_):
     usersite = launch.dir / "usersite"
     usersite.mkdir()
     (usersite / "sitecustomize.py").write_text(f"import os\nos.environ['RAN'] = '1'\n{raise_}\n")
@@ -160,7 +160,7 @@ def test_input4_errors_in_user_sitecustomize_are_reported_and_activation_goes_on
 
 
 # ------------------------------------------------------------------ 5: run checks drift first
-def test_input5_run_refuses_a_launch_strict_mode_would_stop(launch):
+def test_run_refuses_a_launch_strict_mode_would_stop(launch):
     launch.feature(requires=("Worker.forward", "Worker.gone"))
     launch.settings.write_text("[default]\ncap_new_tokens = true\n")
     status = run([CLI, "status"], launch.env, launch.dir)
@@ -203,7 +203,7 @@ COMMANDS = ["status", "validate", "explain", "fingerprint", "diff", "check", "ru
 
 @pytest.mark.parametrize("command", [None] + COMMANDS)
 @pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_input6_help_renders_what_the_docstrings_mean(cli, command, flag):
+def test_help_renders_what_the_docstrings_mean(cli, command, flag):
     r = cli(*([command] if command else []), flag)
     assert r.exit_code == 0
     text = r.stdout
@@ -221,7 +221,7 @@ def test_input6_help_renders_what_the_docstrings_mean(cli, command, flag):
         assert "-s, --settings FILE" in text and "-p, --profile NAME" in text
 
 
-def test_input6_version_and_dev_help(cli):
+def test_version_and_dev_help(cli):
     r = cli("--version")
     assert r.exit_code == 0 and r.stdout.startswith("dsv41-flags ")
     proc = subprocess.run(["bash", str(REPO / "dev"), "--help"], capture_output=True, text=True,
@@ -233,7 +233,7 @@ def test_input6_version_and_dev_help(cli):
 
 
 # ------------------------------------------------------------------ 7: option values reported
-def test_input7_option_values_and_sources_in_the_boot_report(launch, dsv41_flags_runtime):
+def test_option_values_and_sources_in_the_boot_report(launch, dsv41_flags_runtime):
     kit = dsv41_flags_runtime
     kit.activate({"cap_new_tokens": True}, {"cap_new_tokens": {"cap": 7}}, features_dir=launch.dir / "features")
     resolved = kit.events("flags.resolved")[0]["features"]["cap_new_tokens"]
@@ -241,7 +241,7 @@ def test_input7_option_values_and_sources_in_the_boot_report(launch, dsv41_flags
     assert resolved["options"]["ratio"] == {"value": 0.5, "source": "default"}
 
 
-def test_input7_option_values_and_sources_in_status(launch, cli):
+def test_option_values_and_sources_in_status(launch, cli):
     env = {"DSV41_SETTINGS": str(launch.settings), "DSV41_CAP_NEW_TOKENS_CAP": "7"}
     data = json.loads(cli("status", "--json", env=env).stdout)
     assert data["features"][0]["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
@@ -251,7 +251,7 @@ def test_input7_option_values_and_sources_in_status(launch, cli):
 
 
 # ------------------------------------------------------------------ 8: explain
-def test_input8_explain_shows_the_winner_and_marks_invalid_layers(cli, tmp_path):
+def test_explain_shows_the_winner_and_marks_invalid_layers(cli, tmp_path):
     s = tmp_path / "s.toml"
     s.write_text("[default]\nfolded_fence = true\n")
     env = {"DSV41_FOLDED_FENCE": "maybe"}
@@ -274,7 +274,7 @@ def resolution(launch, text, env=None):
 
 @pytest.mark.parametrize("text,ok", [("0x10", False), ("0o20", False), ("0b1", False), ("1_6", False),
                                      ("16", True), ("+16", True), ('"16"', False)])
-def test_input9_int_text_means_the_same_in_a_file_and_a_variable(launch, text, ok):
+def test_int_text_means_the_same_in_a_file_and_a_variable(launch, text, ok):
     in_file = resolution(launch, f"[default]\ncap_new_tokens_cap = {text}\n")
     assert (not in_file.errors) is ok
     if not text.startswith('"'):   # the same text in a variable
@@ -289,13 +289,13 @@ def test_input9_int_text_means_the_same_in_a_file_and_a_variable(launch, text, o
 
 @pytest.mark.parametrize("line", ['cap_new_tokens = "true"', "cap_new_tokens = 1",
                                   'cap_new_tokens_ratio = "0.5"', "cap_new_tokens_ratio = 1_0.5"])
-def test_input9_files_are_strictly_typed(launch, line):
+def test_files_are_strictly_typed(launch, line):
     res = resolution(launch, f"[default]\n{line}\n")
     assert res.errors and "strictly typed" in res.errors[0].message
 
 
 # ------------------------------------------------------------------ 10: keys in two cases
-def test_input10_keys_spelled_in_two_cases_are_an_error(cli, tmp_path):
+def test_keys_spelled_in_two_cases_are_an_error(cli, tmp_path):
     s = tmp_path / "settings.toml"
     s.write_text("[default]\nfolded_fence = true\nFOLDED_FENCE = false\n")
     with pytest.raises(SettingsError) as exc:
@@ -309,7 +309,7 @@ def test_input10_keys_spelled_in_two_cases_are_an_error(cli, tmp_path):
 
 
 # ------------------------------------------------------------------ 11: small inconsistencies
-def test_input11_reserved_words_any_case(make_runtime):
+def test_reserved_words_any_case(make_runtime):
     rt = make_runtime('[default]\nrank_guard = "WARN"\n', env={"DSV41_LOG_LEVEL": "DEBUG",
                                                                "DSV41_LOG_FORMAT": " Json "})
     assert not rt.resolution.errors
@@ -317,7 +317,7 @@ def test_input11_reserved_words_any_case(make_runtime):
     assert rt.resolution.reserved["LOG_FORMAT"] == "json"
 
 
-def test_input11_bom_and_directory_named(tmp_path):
+def test_bom_and_directory_named(tmp_path):
     bom = tmp_path / "bom.toml"
     bom.write_bytes(b"\xef\xbb\xbf[default]\nfolded_fence = true\n")
     with pytest.raises(SettingsError, match="byte order mark"):
@@ -334,7 +334,7 @@ def test_input11_bom_and_directory_named(tmp_path):
     (b"class Worker:\n    def forward(self)\n        pass\n", False),
     (b"class Worker:\n    NAME = '\xe9'\n", False),
 ])
-def test_input11_unusual_target_sources_are_drift_never_a_traceback(cli, launch, monkeypatch, source, ok):
+def test_unusual_target_sources_are_drift_never_a_traceback(cli, launch, monkeypatch, source, ok):
     odd = f"odd_target_{uuid.uuid4().hex[:8]}"
     (launch.dir / f"{odd}.py").write_bytes(source)
     monkeypatch.syspath_prepend(str(launch.dir))
@@ -353,7 +353,7 @@ def test_input11_unusual_target_sources_are_drift_never_a_traceback(cli, launch,
 
 
 # ------------------------------------------------------------------ 12: would each profile boot?
-def test_input12_validate_reports_a_profile_whose_armed_feature_drifted(cli, launch):
+def test_validate_reports_a_profile_whose_armed_feature_drifted(cli, launch):
     launch.feature(requires=("Worker.forward", "Worker.gone"))
     launch.settings.write_text("[default]\ncap_new_tokens = false\n[tp4]\ncap_new_tokens = true\n")
     env = {"DSV41_SETTINGS": str(launch.settings)}

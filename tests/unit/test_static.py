@@ -34,7 +34,7 @@ def states(check, *texts):
 
 
 # 1. a module-level assignment to a class must not switch its checking off
-def test_kind1_class_attribute_set_at_module_level_is_added_not_a_free_pass(verdict):
+def test_class_attribute_set_at_module_level_is_added_not_a_free_pass(verdict):
     check = verdict("""
         class Patched:
             def run(self, x): ...
@@ -47,7 +47,7 @@ def test_kind1_class_attribute_set_at_module_level_is_added_not_a_free_pass(verd
     assert check("Patched.runn").closest == "Patched.run"
 
 
-def test_kind1_name_rebound_to_a_call_is_undecided_below_never_ok(verdict):
+def test_name_rebound_to_a_call_is_undecided_below_never_ok(verdict):
     check = verdict("""
         import msgspec
         class ServerArgs:
@@ -61,7 +61,7 @@ def test_kind1_name_rebound_to_a_call_is_undecided_below_never_ok(verdict):
         assert v.verdict == "undecided" and "defstruct" in v.why, v
 
 
-def test_kind1_setattr_with_a_computed_name_opens_the_class(verdict):
+def test_setattr_with_a_computed_name_opens_the_class(verdict):
     check = verdict("""
         class C:
             a = 1
@@ -72,7 +72,7 @@ def test_kind1_setattr_with_a_computed_name_opens_the_class(verdict):
 
 
 # 2. *args / **kwargs: one rule
-def test_kind2_param_named_args_or_kwargs_is_found(verdict):
+def test_param_named_args_or_kwargs_is_found(verdict):
     check = verdict("""
         def empty_context(*args, **kwargs): ...
         def plain(a, *, b): ...
@@ -84,7 +84,7 @@ def test_kind2_param_named_args_or_kwargs_is_found(verdict):
 
 
 # 3. bases from the standard library
-def test_kind3_stdlib_bases_resolved_live(verdict):
+def test_stdlib_bases_resolved_live(verdict):
     check = verdict("""
         import enum
         from typing import NamedTuple, Generic, TypeVar
@@ -105,7 +105,7 @@ def test_kind3_stdlib_bases_resolved_live(verdict):
 
 
 # 4. TYPE_CHECKING imports do not exist at run time; namedtuple(...) classes are closed
-def test_kind4_type_checking_names_are_missing_and_namedtuples_closed(verdict):
+def test_type_checking_names_are_missing_and_namedtuples_closed(verdict):
     check = verdict("""
         from __future__ import annotations
         from collections import namedtuple
@@ -190,7 +190,7 @@ def test_engine_bases_reexports_and_aliases(verdict):
 
 
 # 5. a module __getattr__
-def test_kind5_module_getattr_followed_when_a_literal_dict(verdict):
+def test_module_getattr_followed_when_a_literal_dict(verdict):
     check = verdict("""
         import importlib
         _LAZY = {"Parser": "pkgx.other"}
@@ -204,7 +204,7 @@ def test_kind5_module_getattr_followed_when_a_literal_dict(verdict):
     assert states(check, "Nope") == ["missing"]
 
 
-def test_kind5_other_module_getattr_is_undecided(verdict):
+def test_other_module_getattr_is_undecided(verdict):
     check = verdict("""
         def __getattr__(name):
             return name.upper()
@@ -212,7 +212,7 @@ def test_kind5_other_module_getattr_is_undecided(verdict):
     assert check("Whatever").verdict == "undecided"
 
 
-def test_kind5_live_check_uses_getattr_on_the_module(tmp_path, monkeypatch):
+def test_live_check_uses_getattr_on_the_module(tmp_path, monkeypatch):
     from types import ModuleType
 
     from dsv41_flags import Feature
@@ -227,7 +227,7 @@ def test_kind5_live_check_uses_getattr_on_the_module(tmp_path, monkeypatch):
 
 
 # 6. JSON: one verdict per declared requirement, as written
-def test_kind6_check_json_has_one_verdict_per_requirement(tmp_path, monkeypatch):
+def test_check_json_has_one_verdict_per_requirement(tmp_path, monkeypatch):
     for key in [k for k in __import__("os").environ if k.upper().startswith("DSV41_")]:
         monkeypatch.delenv(key)
     pkg = tmp_path / "pkgx"
@@ -253,7 +253,7 @@ def test_kind6_check_json_has_one_verdict_per_requirement(tmp_path, monkeypatch)
     assert all(v["why"] for v in verdicts)
 
 
-def test_kind5_getattr_with_membership_test_and_pairs(verdict):
+def test_getattr_with_membership_test_and_pairs(verdict):
     check = verdict("""
         import importlib
         _LAZY = {"Fast": ("pkgx.other", "Parser")}
@@ -331,7 +331,7 @@ def test_compiled_module_and_unreadable_source_are_undecided(verdict, tmp_path):
     assert v.verdict == "undecided" and "cannot be parsed" in v.why, v
 
 
-def test_kind1_class_rebuilt_from_its_own_namespace_keeps_its_body_only(verdict):
+def test_class_rebuilt_from_its_own_namespace_keeps_its_body_only(verdict):
     check = verdict("""
         import msgspec
         class ServerArgs:

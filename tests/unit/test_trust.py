@@ -93,7 +93,7 @@ def test_snapshot_round_trip_keeps_the_launch(demo):
     assert c.launch.feature_files == p.launch.feature_files and len(c.launch.feature_files) == 1
 
 
-def test_item2_ill_typed_option_in_snapshot_is_refused_not_installed(demo):
+def test_ill_typed_option_in_snapshot_is_refused_not_installed(demo):
     data = json.loads(parent(demo).snapshot())
     data["resolution"]["values"]["DEMO_PATCH_N"]["value"] = "abc"
     with pytest.raises(SnapshotError, match=r"DEMO_PATCH_N='abc'.*accepted: an integer in \[1, 8\]"):
@@ -103,7 +103,7 @@ def test_item2_ill_typed_option_in_snapshot_is_refused_not_installed(demo):
         child(json.dumps(data))
 
 
-def test_item3_snapshot_cannot_name_code_to_run(demo, tmp_path):
+def test_snapshot_cannot_name_code_to_run(demo, tmp_path):
     data = json.loads(parent(demo).snapshot())
     # an entry point no installed distribution declares
     forged = copy.deepcopy(data)
@@ -135,7 +135,7 @@ def test_feature_file_edited_during_the_launch_is_refused(demo):
         child(raw)
 
 
-def test_item4_large_launch_spills_to_a_private_file_and_exec_still_works(demo, tmp_path):
+def test_large_launch_spills_to_a_private_file_and_exec_still_works(demo, tmp_path):
     p = build([demo.settings], None, environ={}, argv=["prog"] + [f"--arg{i}" for i in range(13000)],
               features_dir=demo.feats, use_snapshot=False, configure_logging=False)
     raw = p.snapshot()
@@ -264,7 +264,7 @@ def test_hypothesis_no_snapshot_json_yields_an_internal_error(demo, data):
 
 
 # ------------------------------------------------------------------ error policy, every entry
-def test_item1_malformed_snapshot_under_the_plugin_entry_stops_with_an_event(demo):
+def test_malformed_snapshot_under_the_plugin_entry_stops_with_an_event(demo):
     proc = run_py(demo, """
         import dsv41_flags_plugin as _plugin
         _plugin.load()
@@ -276,7 +276,7 @@ def test_item1_malformed_snapshot_under_the_plugin_entry_stops_with_an_event(dem
     assert err["pid"] > 0 and err["role"] and "Traceback" not in proc.stderr
 
 
-def test_item1_malformed_snapshot_under_the_bootstrap_never_runs_unpatched(demo):
+def test_malformed_snapshot_under_the_bootstrap_never_runs_unpatched(demo):
     code = "print('RAN')"
     proc = run_py(demo, code, DSV41_SNAPSHOT='{"v":1}', PYTHONPATH=f"{BOOTSTRAP_DIR}{os.pathsep}{demo.dir}")
     assert proc.returncode == 3 and "RAN" not in proc.stdout
@@ -337,7 +337,7 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(demo):
     assert err["strict"] is False and "no feature is applied" in err["outcome"]
 
 
-def test_item13_settings_error_under_the_plugin_is_a_structured_event(demo):
+def test_settings_error_under_the_plugin_is_a_structured_event(demo):
     proc = run_py(demo, "import dsv41_flags_plugin as plugin\nplugin.load()\nprint('BOOTED')\n",
                   DSV41_DEMO_PATCH="maybe")
     assert proc.returncode == 3 and "BOOTED" not in proc.stdout
@@ -347,7 +347,7 @@ def test_item13_settings_error_under_the_plugin_is_a_structured_event(demo):
 
 
 # ------------------------------------------------------------------ once per process, truly
-def test_item5_two_threads_activate_once(demo):
+def test_two_threads_activate_once(demo):
     proc = run_py(demo, f"""
         import threading, dsv41_flags, {demo.target} as m
         barrier = threading.Barrier(8)
@@ -365,7 +365,7 @@ def test_item5_two_threads_activate_once(demo):
     assert names.count("flags.resolved") == 1 and names.count("feature.installed") == 1
 
 
-def test_item6_forked_child_owns_its_runtime(demo):
+def test_forked_child_owns_its_runtime(demo):
     proc = run_py(demo, f"""
         import os, json, dsv41_flags
         rt = dsv41_flags.activate()                       # armed, target not imported yet
@@ -392,7 +392,7 @@ def test_item6_forked_child_owns_its_runtime(demo):
     assert resolved == [(resolved[0][0], "launcher"), (c["child"], "child")]
 
 
-def test_item7_failed_activation_raises_again_on_retry(demo):
+def test_failed_activation_raises_again_on_retry(demo):
     (demo.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(demo.target)).replace(
         '"Worker.forward"', '"Worker.gone"'))
     proc = run_py(demo, f"""
@@ -409,7 +409,7 @@ def test_item7_failed_activation_raises_again_on_retry(demo):
     assert [e["event"] for e in events(proc.stderr)].count("flags.error") == 2
 
 
-def test_item8_uninstall_before_import_disarms(demo):
+def test_uninstall_before_import_disarms(demo):
     proc = run_py(demo, f"""
         import dsv41_flags
         rt = dsv41_flags.activate()
@@ -438,7 +438,7 @@ def test_audit_lost_follows_what_the_engine_would_call(demo):
 
 
 # ------------------------------------------------------------------ item 14: roles and ranks
-def test_item14_plugin_reads_ranks_before_the_first_event(demo):
+def test_plugin_reads_ranks_before_the_first_event(demo):
     proc = run_py(demo, f"""
         import {demo.target}
         import dsv41_flags_plugin as _plugin
@@ -454,7 +454,7 @@ def test_item14_plugin_reads_ranks_before_the_first_event(demo):
     assert all(e["role"] == "scheduler" and e["tp_rank"] == 1 and e["pp_rank"] == 0 for e in ev)
 
 
-def test_item14_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
+def test_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
     import dsv41_flags.activation as _activation
     import dsv41_flags.engines.sglang as _sglang
 
@@ -475,7 +475,7 @@ def test_item14_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children(
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_item14_run_spawn_child_and_resource_tracker(demo, method):
+def test_run_spawn_child_and_resource_tracker(demo, method):
     """Under ``dsv41-flags run``: a spawned (or forkserver) child whose target is not an sglang
     entry activates before its target runs (role child, once); multiprocessing's resource tracker
     and forkserver never activate."""

@@ -67,7 +67,7 @@ def cli(monkeypatch, launch):
 
 
 # ------------------------------------------------- 1: a user sitecustomize that raises, under run
-def test_1_raising_user_sitecustomize_is_reported_once_and_the_program_runs(launch):
+def test_raising_user_sitecustomize_is_reported_once_and_the_program_runs(launch):
     usersite = launch.dir / "usersite"
     usersite.mkdir()
     (usersite / "sitecustomize.py").write_text('raise ValueError("boom")\n')
@@ -96,11 +96,11 @@ def test_1_raising_user_sitecustomize_is_reported_once_and_the_program_runs(laun
 
 # ------------------------------------------------------------ 2: whitespace, one meaning per text
 @pytest.mark.parametrize("raw", [" a ", "a ", "\u00a0a", "  ", ""])
-def test_2_str_option_keeps_its_text_exactly(raw):
+def test_str_option_keeps_its_text_exactly(raw):
     assert cast("str", raw) == raw
 
 
-def test_2_choice_numbers_flags_and_list_items_ignore_surrounding_whitespace():
+def test_choice_numbers_flags_and_list_items_ignore_surrounding_whitespace():
     assert cast("choice", " b\u00a0", choices=("a", "b")) == "b"
     assert cast("int", " 5 ") == 5 and cast("float", " 0.5 ") == 0.5 and cast("bool", " on ") is True
     # list items: the same from a TOML array and from a comma-separated variable
@@ -109,7 +109,7 @@ def test_2_choice_numbers_flags_and_list_items_ignore_surrounding_whitespace():
         cast("choice", " c ", choices=("a", "b"))
 
 
-def test_2_str_option_from_file_and_variable_reaches_install_unchanged(launch, cli):
+def test_str_option_from_file_and_variable_reaches_install_unchanged(launch, cli):
     launch.settings.write_text('[default]\ndemo_fix = true\ndemo_fix_tag = " padded "\n'
                                'demo_fix_names = [" a", "b "]\n')
     data = json.loads(cli("status", "--json").stdout)
@@ -125,7 +125,7 @@ def test_2_str_option_from_file_and_variable_reaches_install_unchanged(launch, c
 @pytest.mark.parametrize("key,var,bad", [("rank_guard", "DSV41_RANK_GUARD", "bogus"),
                                          ("strict", "DSV41_STRICT", "maybe"),
                                          ("DSV41_LOG_LEVEL", "DSV41_LOG_LEVEL", "loud")])
-def test_4_explain_reserved_key_shows_the_chain_and_fails_on_an_invalid_layer(cli, key, var, bad):
+def test_explain_reserved_key_shows_the_chain_and_fails_on_an_invalid_layer(cli, key, var, bad):
     status = cli("status", env={var: bad})
     assert status.exit_code == 1
     r = cli("explain", key, env={var: bad})
@@ -139,14 +139,14 @@ def test_4_explain_reserved_key_shows_the_chain_and_fails_on_an_invalid_layer(cl
     assert data["problems"] and data["reserved"] == var.removeprefix("DSV41_")
 
 
-def test_4_explain_valid_reserved_key_names_the_winning_layer(launch, cli):
+def test_explain_valid_reserved_key_names_the_winning_layer(launch, cli):
     launch.settings.write_text('[default]\ndemo_fix = true\nrank_guard = "WARN"\n')
     r = cli("explain", "rank_guard")
     assert r.exit_code == 0, r.output
     assert "RANK_GUARD = 'warn'" in r.stdout and "[default]: 'WARN'  <- wins" in r.stdout
 
 
-def test_4_explain_the_fingerprint_table_fails_on_an_invalid_value(launch, cli):
+def test_explain_the_fingerprint_table_fails_on_an_invalid_value(launch, cli):
     launch.settings.write_text('[default]\ndemo_fix = true\n[default.fingerprint]\n'
                                'volatile = "SGLANG_X"\n')
     r = cli("explain", "fingerprint")
@@ -154,7 +154,7 @@ def test_4_explain_the_fingerprint_table_fails_on_an_invalid_value(launch, cli):
 
 
 # ---------------------------------------------------------------------- 5: engine= of a Feature
-def test_5_engine_default_and_no_engine():
+def test_engine_default_and_no_engine():
     f = Feature(name="x", target="m", install=lambda m, c: None, summary="s")
     assert f.engine == "sglang>=0.5.23,<0.6" and f.engine_label == f.engine
     mine = Feature(name="x", target="m", install=lambda m, c: None, summary="s", engine="")
@@ -164,7 +164,7 @@ def test_5_engine_default_and_no_engine():
             Feature(name="x", target="m", install=lambda m, c: None, summary="s", engine=bad)
 
 
-def test_5_status_renders_no_engine(cli):
+def test_status_renders_no_engine(cli):
     r = cli("status")
     assert "[no engine range]: ok" in r.stdout and "[, installed" not in r.stdout
 
@@ -183,7 +183,7 @@ def foreign_python(tmp_path):
     return bindir
 
 
-def test_6_run_refuses_an_interpreter_without_dsv41_flags_in_strict_mode(launch, foreign_python):
+def test_run_refuses_an_interpreter_without_dsv41_flags_in_strict_mode(launch, foreign_python):
     env = {**launch.env, "PATH": f"{foreign_python}{os.pathsep}{launch.env['PATH']}"}
     proc = subprocess.run([CLI, "run", "--", "python3", "-c", "print('ran')"], env=env,
                           cwd=launch.dir, capture_output=True, text=True, timeout=120)
@@ -204,7 +204,7 @@ def test_6_run_refuses_an_interpreter_without_dsv41_flags_in_strict_mode(launch,
     assert proc.returncode == 0 and "cannot import dsv41_flags" not in proc.stderr
 
 
-def test_6_interpreter_problem_only_for_python_commands(foreign_python):
+def test_interpreter_problem_only_for_python_commands(foreign_python):
     env = {"PATH": str(foreign_python)}
     assert interpreter_problem(["python3", "-c", "1"], env)
     assert interpreter_problem([sys.executable, "-c", "1"], dict(os.environ)) is None
@@ -213,7 +213,7 @@ def test_6_interpreter_problem_only_for_python_commands(foreign_python):
 
 
 # ------------------------------------------------ 8: the program's identity in the fingerprint
-def test_8_program_identity_is_kept():
+def test_program_identity_is_kept():
     assert normalize_argv(["python", "-c", "a"]) != normalize_argv(["python", "-c", "b"])
     assert normalize_argv(["python3", "-X", "dev", "-c", "a", "--x=1"]) == ["-c", "a", "--x", "1"]
     assert normalize_argv(["python", "-m", "a.b", "1"]) == ["a.b", "1"]
@@ -224,7 +224,7 @@ def test_8_program_identity_is_kept():
     assert normalize_argv(["python", "-u", "./x/prog.py", "1"]) == ["prog", "1"]
 
 
-def test_8_c_code_changes_the_fingerprint_and_a_process_reads_its_own(cli, launch):
+def test_code_changes_the_fingerprint_and_a_process_reads_its_own(cli, launch):
     a = json.loads(cli("fingerprint", "--json", "--", "python", "-c", "a").stdout)["fingerprint"]
     b = json.loads(cli("fingerprint", "--json", "--", "python", "-c", "b").stdout)["fingerprint"]
     assert a != b
@@ -238,7 +238,7 @@ def test_8_c_code_changes_the_fingerprint_and_a_process_reads_its_own(cli, launc
     assert own == typed
 
 
-def test_8_sglang_serve_is_sglang_launch_server(cli):
+def test_sglang_serve_is_sglang_launch_server(cli):
     def fp(*argv):
         return json.loads(cli("fingerprint", "--json", "--", *argv).stdout)["fingerprint"]
 
@@ -251,7 +251,7 @@ def test_8_sglang_serve_is_sglang_launch_server(cli):
 
 
 # -------------------------------------------------------------------------- 9: CLI messages
-def test_9_cli_messages(cli, launch, tmp_path):
+def test_cli_messages(cli, launch, tmp_path):
     r = cli("run")
     assert r.exit_code == 2 and \
         "missing the command: dsv41-flags run [OPTIONS] -- CMD [ARGS]..." in r.stderr
@@ -266,7 +266,7 @@ def test_9_cli_messages(cli, launch, tmp_path):
     assert "error: cannot compare:" in r.stderr and "missing.launch" in r.stderr
 
 
-def test_9_check_engine_with_nothing_armed_fetches_nothing(cli, launch, monkeypatch):
+def test_check_engine_with_nothing_armed_fetches_nothing(cli, launch, monkeypatch):
     import dsv41_flags.upgrade_gate.releases as release
 
     def no_fetch(*a, **k):
