@@ -1,4 +1,4 @@
-"""The dsv41-flags CLI through typer's runner (issues 2, 3, 4, 6)."""
+"""The dsv41-flags CLI through typer's runner: status, validate, explain, fingerprint, set."""
 import json
 import textwrap
 
@@ -210,3 +210,22 @@ def test_status_refuses_an_including_settings_file(cli, tmp_path):
     assert r.exit_code == 1
     msgs = [p["message"] for p in json.loads(r.stdout)["problems"]]
     assert any(f"{s} [default]: dynaconf_include = ['extra.toml']" in m for m in msgs), msgs
+
+
+def test_engine_version_is_looked_up_once_per_name_and_path(monkeypatch):
+    import importlib.metadata
+
+    from dsv41_flags import Feature
+    from dsv41_flags.drift import _installed_version, engine_version
+
+    calls = []
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda n: calls.append(n) or real(n))
+    _installed_version.cache_clear()
+    f = Feature(name="pk", target="json", install=lambda m, c: None, summary="s",
+                engine="packaging>=1")
+    first = engine_version(f)
+    assert first == real("packaging") and engine_version(f) == first and calls == ["packaging"]
+    monkeypatch.syspath_prepend("/nonexistent-dsv41-path")   # another import path: asked again
+    assert engine_version(f) == first and calls == ["packaging", "packaging"]
+    _installed_version.cache_clear()

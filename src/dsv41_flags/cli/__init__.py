@@ -3,7 +3,7 @@
 Exit codes: 0 clean; 1 a problem was found (settings error, drift); 2 bad usage.
 """
 # No ``from __future__ import annotations`` here: typer reads every command's annotations at
-# each start, and real objects spare it evaluating strings (about 1 ms per command, issue 11).
+# each start, and real objects spare it evaluating strings (about 1 ms per command).
 
 import json
 import os
@@ -14,7 +14,7 @@ from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
-from typer.core import TyperArgument, TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
@@ -25,113 +25,22 @@ from dsv41_flags.runtime import Runtime, resolve_launch
 from dsv41_flags.resolution import _jsonable
 
 
-try:  # typer >= 0.2x coerces every parameter through a pydantic TypeAdapter (see _plain_values)
-    from typer._coercion import RuntimeParam as _RuntimeParam, build_runtime_param as _typer_param
-    from typer._param_types import coerce_cli_path as _coerce_cli_path
-except ImportError:  # an older typer coerces without pydantic: nothing to avoid
-    _RuntimeParam = None
-
-
-def _plain_kind(param) -> str:
-    """``"str"``, ``"path"``, ``"bool"``, ``"str-list"`` or ``"path-list"`` when ``param`` is a
-    plain string, ``pathlib.Path`` or bool option or argument (or a list of strings or paths: a
-    repeatable option) that ``_PlainValues`` coerces exactly as typer would; ``""`` for any other
-    parameter."""
-    desc = getattr(param, "type_descriptor", None)
-    info = getattr(desc, "parameter_info", None)
-    if desc is None or info is None or desc.file_annotation is not None or \
-            getattr(info, "parser", None) is not None or getattr(info, "path_type", None) is not None:
-        return ""
-    ann, suffix = desc.annotation, ""
-    if getattr(ann, "__origin__", None) is list and len(getattr(ann, "__args__", ())) == 1:
-        ann, suffix = ann.__args__[0], "-list"
-    kind = {str: "str", Path: "path", bool: "bool"}.get(ann, "") if isinstance(ann, type) else ""
-    return "" if not kind or (kind == "bool" and suffix) else kind + suffix
-
-
-if _RuntimeParam is not None:
-    from dataclasses import dataclass as _dataclass
-
-    @_dataclass(frozen=True)
-    class _PlainValues(_RuntimeParam):
-        """typer's coercion of a plain ``str`` / ``Path`` parameter (or a list of them) without
-        building a pydantic TypeAdapter: importing pydantic and building the adapters costs the
-        CLI about 60 ms per command, which is most of ``status``'s own time (issue 11).
-
-        For a ``str`` value (what the command line gives) the result is what typer's adapter
-        gives: the string itself; ``Path(value)`` passed on to typer's own ``coerce_cli_path``
-        (existence and kind checks, error messages); a list of either for a repeatable option;
-        a bool value of a flag is itself. Any other value (bytes, a string for a bool, a
-        non-string default), and a path the system refuses (a NUL byte), goes to typer's own
-        adapter, unchanged.
-        ``tests/unit/test_cli_speed.py`` compares both coercions on every such parameter."""
-
-        kind: str = ""
-
-        def _coerce_value(self, value, param, ctx):
-            item = self.kind.removesuffix("-list")
-            try:
-                if self.kind.endswith("-list"):
-                    items = value if isinstance(value, (list, tuple)) else [value]
-                    if all(type(v) is str for v in items):
-                        return [self._one(item, v, param, ctx) for v in items]
-                elif type(value) is (bool if item == "bool" else str):
-                    return self._one(item, value, param, ctx)
-            except ValueError:  # a NUL byte in a path: typer's adapter words the error
-                pass
-            return _typer_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
-
-        def _one(self, kind: str, value: str, param, ctx):
-            if kind in ("str", "bool"):
-                return value
-            return _coerce_cli_path(Path(value), self.parameter_info, path_type=Path, param=param,
-                                    ctx=ctx)
-
-
-def _plain_values(param) -> None:
-    """Give ``param`` the pydantic-free coercion ``_PlainValues`` when it is a plain ``str`` /
-    ``Path`` parameter (``_plain_kind``) that has none yet; leave any other parameter (and any
-    typer without pydantic coercion) to typer."""
-    if _RuntimeParam is None or getattr(param, "_runtime_param", False) is not None:
-        return
-    kind = _plain_kind(param)
-    if kind:
-        desc = param.type_descriptor
-        param._runtime_param = _PlainValues(parameter_info=desc.parameter_info,
-                                            annotation=desc.annotation, kind=kind)
-
-
-class _PlainParams:
-    """Every parameter of the command (its help option included) coerced without pydantic where
-    typer's result is known (``_plain_values``)."""
-
-    def get_params(self, ctx):
-        """The command's parameters, as click's, each plain one given ``_PlainValues``."""
-        params = super().get_params(ctx)
-        for param in params:
-            _plain_values(param)
-        return params
-
-
-class _PlainCommand(_PlainParams, TyperCommand):
-    """A command whose plain parameters are coerced without pydantic (``_PlainParams``)."""
-
-
-class _PlainGroup(_PlainParams, TyperGroup):
+class _PlainGroup(TyperGroup):
     """Help as plain text: an argument is shown by its metavar alone (typer would add its Python
-    type, ``<str>``), so every help line reads as the docstrings mean it. Every command is a
-    ``_PlainCommand``; the group's own parameters are plain too (``_PlainParams``)."""
+    type, ``<str>``), so every help line reads as the docstrings mean it. Parameters are coerced
+    by typer itself."""
 
     def get_command(self, ctx, cmd_name):
-        """The command, its arguments without type labels in help."""
+        """The command, its arguments without type labels in help (click's public
+        ``display_type_rich`` and ``get_usage_pieces`` of each argument)."""
         cmd = super().get_command(ctx, cmd_name)
         for param in getattr(cmd, "params", ()):
             if isinstance(param, TyperArgument):
                 plain = param.metavar or param.name.upper()
                 param.display_type_rich = lambda ctx=None: None
                 # usage: KEY for a required argument, [KEY] for an optional one (typer: {KEY})
-                param._usage_display_name = (lambda plain=plain, p=param: plain if p.required
-                                             else f"[{plain}]")
+                param.get_usage_pieces = (lambda ctx=None, plain=plain, p=param:
+                                          [plain if p.required else f"[{plain}]"])
         return cmd
 
 
@@ -209,7 +118,7 @@ def _value(resolution, key):
 UrlOpt = typer.Option(None, "--url", metavar="URL", help="a running engine server, http://HOST:PORT")
 
 
-@app.command(cls=_PlainCommand, short_help="What a boot would arm, with every value and its source.",
+@app.command(short_help="What a boot would arm, with every value and its source.",
              context_settings={"allow_extra_args": True},
              options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
@@ -303,7 +212,7 @@ def _print_blockers(blockers: list[dict]) -> None:
     err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
 
 
-@app.command("set", cls=_PlainCommand, short_help="Switch a live feature on every rank of a running server, in lockstep.")
+@app.command("set", short_help="Switch a live feature on every rank of a running server, in lockstep.")
 def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
                                          help="a live feature and on/off, e.g. folded_fence=on"),
          url: str = typer.Option(..., "--url", metavar="URL", help="the engine server, http://HOST:PORT"),
@@ -319,7 +228,7 @@ def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
     remote_set(assignment, url, by, as_json, out, err, _emit_json)
 
 
-@app.command(cls=_PlainCommand, short_help="Would each profile boot? Every problem at once.")
+@app.command(short_help="Would each profile boot? Every problem at once.")
 def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
              as_json: bool = JsonOpt,
              only: bool = typer.Option(False, "--only", help="Check the chosen profile only.")) -> None:
@@ -377,7 +286,7 @@ def _drift_problems(features, resolution, fdir) -> list:
             if r["state"] == "drifted"]
 
 
-@app.command(cls=_PlainCommand, short_help="Where a key's value comes from; the feature's declaration.")
+@app.command(short_help="Where a key's value comes from; the feature's declaration.")
 def explain(key: str = typer.Argument(..., metavar="KEY",
                                       help="A feature name, a flag or option key, a reserved name "
                                            "(strict, rank_guard, ...) or a DSV41_ variable."),
@@ -502,7 +411,7 @@ def _explained(resolved, kind: str, caster) -> dict:
     return {**resolved.to_dict(), "layers": layers}
 
 
-@app.command(cls=_PlainCommand, short_help="The launch fingerprint; --diff against a sidecar.",
+@app.command(short_help="The launch fingerprint; --diff against a sidecar.",
              context_settings={"allow_extra_args": True},
              options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
@@ -587,7 +496,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         raise typer.Exit(1 if ("changes" in data["diff"] or data["diff"].get("legacy")) else 2)
 
 
-@app.command("diff", cls=_PlainCommand, short_help="What differs between two profiles, fingerprint included.")
+@app.command("diff", short_help="What differs between two profiles, fingerprint included.")
 def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help="A profile."),
                   profile_b: str = typer.Argument(..., metavar="PROFILE_B", help="Another profile."),
                   settings: Optional[List[Path]] = SettingsOpt, as_json: bool = JsonOpt) -> None:
@@ -617,7 +526,7 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
               else "same fingerprint: caches are reused across these profiles")
 
 
-@app.command(cls=_PlainCommand, short_help="Drift check of the features against the installed engine, or against "
+@app.command(short_help="Drift check of the features against the installed engine, or against "
                         "engine releases (--engine).")
 def check(all_: bool = typer.Option(False, "--all", help="Check every feature, not only armed ones."),
           live: bool = typer.Option(False, "--import",
@@ -774,7 +683,7 @@ def _live_verdicts(feature, fdir) -> list[dict]:
     return data
 
 
-@app.command(cls=_PlainCommand, short_help="Run a command with dsv41_flags active in every Python process.",
+@app.command(short_help="Run a command with dsv41_flags active in every Python process.",
              context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
              options_metavar="[OPTIONS] -- CMD [ARGS]...")
 def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
