@@ -12,11 +12,13 @@ Settings files stay the source of truth at boot: a live switch is an override un
 launch.
 """
 
+import collections
 import datetime
+import threading
 from typing import Any, Callable, NamedTuple
 
 from dsv41_flags.errors import FlagsError
-from dsv41_flags.values import CastError, cast_bool
+from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
@@ -86,10 +88,12 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
 
 
 class Toggle(NamedTuple):
-    """One applied switch: ``feature`` went from ``old`` to ``new`` as this process's
-    ``generation``; ``requested_by`` who asked; ``step`` the engine step it took effect at (the
-    scheduler's ``forward_ct``; None outside a scheduler); ``at`` UTC ISO time;
-    ``request_id`` the id shared by every rank of one lockstep request ("" in-process)."""
+    """One switch: ``feature`` went from ``old`` to ``new`` as this process's ``generation``;
+    ``requested_by`` who asked; ``step`` the engine step it took effect at (the scheduler's
+    ``forward_ct``; None outside a scheduler); ``at`` UTC ISO time; ``request_id`` the id shared by
+    every rank of one lockstep request ("" in-process); ``changed`` False for a switch to the value
+    the feature already had (then ``old == new``, ``generation`` is the current one and nothing
+    was recorded)."""
 
     feature: str
     old: bool
@@ -99,27 +103,42 @@ class Toggle(NamedTuple):
     step: int | None = None
     at: str = ""
     request_id: str = ""
+    changed: bool = True
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every field."""
         return {"feature": self.feature, "old": self.old, "new": self.new,
                 "generation": self.generation, "requested_by": self.requested_by,
-                "step": self.step, "at": self.at, "request_id": self.request_id}
+                "step": self.step, "at": self.at, "request_id": self.request_id,
+                "changed": self.changed}
+
+
+#: switches kept in a process's history (the oldest are dropped first, counted in ``dropped``)
+HISTORY_LIMIT = 256
+#: longest ``requested_by`` text a switch accepts (characters)
+REQUESTED_BY_LIMIT = 256
 
 
 class Switchboard:
     """Gates, generation and switch history of one process (part of the runtime).
 
     ``generation`` starts at 0 at boot and becomes the generation of each applied switch;
-    ``history`` lists every applied ``Toggle`` in order; ``reply`` is the transport's scratch slot
-    (the JSON answer of the last engine RPC, read once by ``_sglang``)."""
+    ``history`` holds the last ``HISTORY_LIMIT`` applied ``Toggle``s in order (``dropped``
+    counts the older ones let go); ``lock`` serialises switches (``Runtime.switch`` holds it from
+    its check to its event, so concurrent switches get generations 1..N once each, in order, each
+    ``old`` the previous ``new``); ``reply`` is the transport's scratch slot (the JSON answer of
+    the last engine RPC, read once by the engine adapter)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = HISTORY_LIMIT) -> None:
         self.gates: dict[str, Gate] = {}
         self.generation = 0
-        self.history: list[Toggle] = []
+        self.history: collections.deque[Toggle] = collections.deque(maxlen=limit)
+        self.dropped = 0
+        self.lock = threading.RLock()
         self.reply: str | None = None
         self.transport: dict[str, Any] = {}  # engine adapter state (RPC endpoint, client)
+        self._last: dict[str, Toggle] = {}
+        self._undo: tuple[Toggle, int, Toggle | None] | None = None
 
     def gate(self, feature: str, on: bool) -> Gate:
         """The gate of ``feature`` (created with ``on`` the first time)."""
@@ -129,76 +148,133 @@ class Switchboard:
         return gate
 
     def last(self, feature: str) -> Toggle | None:
-        """The last applied switch of ``feature``, or None."""
-        return next((t for t in reversed(self.history) if t.feature == feature), None)
+        """The last applied switch of ``feature`` (also when the history let it go), or None."""
+        return self._last.get(feature)
 
     def apply(self, feature: str, new: bool, *, requested_by: str, generation: int | None = None,
               step: int | None = None, request_id: str = "") -> Toggle:
-        """Set the gate and record the switch (generation: the next one unless given)."""
-        gate = self.gates[feature]
-        toggle = Toggle(feature, gate.on, bool(new),
-                        self.generation + 1 if generation is None else int(generation),
-                        requested_by, step, _now(), request_id)
-        gate.on = toggle.new
-        self.generation = toggle.generation
-        self.history.append(toggle)
-        return toggle
+        """Set the gate and record the switch (generation: the next one unless given, then it
+        must be above the current one). A switch to the gate's current value changes and records
+        nothing: it returns a Toggle with ``changed=False`` and the current generation. Raises
+        SwitchError for a generation that is not above the current one."""
+        with self.lock:
+            gate = self.gates[feature]
+            if gate.on == bool(new):
+                return Toggle(feature, gate.on, gate.on, self.generation, requested_by, step,
+                              _now(), request_id, changed=False)
+            if generation is None:
+                generation = self.generation + 1
+            elif isinstance(generation, bool) or not isinstance(generation, int) \
+                    or generation <= self.generation:
+                raise SwitchError(f"switch {feature}: generation {generation!r} is not an integer "
+                                  f"above this process's generation {self.generation}")
+            toggle = Toggle(feature, gate.on, bool(new), generation, requested_by, step, _now(),
+                            request_id)
+            full = len(self.history) == self.history.maxlen
+            self._undo = (toggle, self.generation, self._last.get(feature))
+            gate.on = toggle.new
+            self.generation = toggle.generation
+            self.history.append(toggle)
+            self.dropped += full
+            self._last[feature] = toggle
+            return toggle
 
     def rollback(self, toggle: Toggle) -> None:
         """Undo ``toggle`` (the last applied one): gate back to ``old``, generation and history as
-        before it. Used when another rank failed to apply the same switch."""
-        if self.history and self.history[-1] is toggle:
-            self.history.pop()
-        self.gates[toggle.feature].on = toggle.old
-        self.generation = self.history[-1].generation if self.history else 0
+        before it. Used when another rank failed to apply the same switch. A toggle that changed
+        nothing (``changed=False``) or is not the last applied one is left alone."""
+        with self.lock:
+            if not toggle.changed or self._undo is None or self._undo[0] is not toggle:
+                return
+            _, generation, last = self._undo
+            self._undo = None
+            if self.history and self.history[-1] is toggle:
+                self.history.pop()
+            self.gates[toggle.feature].on = toggle.old
+            self.generation = generation
+            if last is None:
+                self._last.pop(toggle.feature, None)
+            else:
+                self._last[toggle.feature] = last
+
+
+def check_requested_by(requested_by: Any) -> str:
+    """``requested_by`` of a switch: text of at most ``REQUESTED_BY_LIMIT`` characters (who asked,
+    kept in every rank's history and event). Returns it; raises SwitchError naming the field, its
+    type or length, and what is accepted."""
+    if not isinstance(requested_by, str):
+        raise SwitchError(f"requested_by must be text, got {type(requested_by).__name__} (who asked: "
+                          f"a name, a host; at most {REQUESTED_BY_LIMIT} characters)")
+    if len(requested_by) > REQUESTED_BY_LIMIT:
+        raise SwitchError(f"requested_by is {len(requested_by)} characters long; at most "
+                          f"{REQUESTED_BY_LIMIT} are accepted (who asked: a name, a host)")
+    return requested_by
+
+
+#: the words a switch value may be (any case, surrounded by whitespace), besides True/False/1/0
+SWITCH_WORDS = "one of " + ", ".join(f"{t}/{f}" for t, f in zip(TRUE_WORDS, FALSE_WORDS)) + " (any case)"
 
 
 def parse_value(name: str, raw: Any) -> bool:
-    """The new value of a switch: a bool, or a flag word (``on/off``, ``true/false``, ``1/0``,
-    ``yes/no``, any case). Raises SwitchError naming the feature, the value and the words."""
+    """The new value of a switch: a bool, the ints 1/0, or a flag word (``SWITCH_WORDS``:
+    true/false, 1/0, on/off, yes/no, any case). An empty text is refused (a switch says what it
+    wants). The one value rule of every switch path (``Runtime.switch``, ``dsv41-flags set``, the
+    HTTP route). Raises SwitchError naming the feature, the value and exactly these words."""
     try:
         if isinstance(raw, str) and not raw.strip():
-            raise CastError("one of on/off, true/false, 1/0, yes/no (any case)")
+            raise CastError(SWITCH_WORDS)
         return cast_bool(raw)
-    except CastError as exc:
-        raise SwitchError(f"switch {name}={raw!r}: the value is not {exc.accepted}") from None
+    except CastError:
+        raise SwitchError(f"switch {name}={_shown(raw)}: the value is not {SWITCH_WORDS}") from None
 
 
-def check_declared(features: dict, name: str, value: Any):
+def feature_name(name: Any) -> str:
+    """The one spelling rule of every switch path: a feature given as ``folded_fence``,
+    ``FOLDED_FENCE`` (its flag key) or ``DSV41_FOLDED_FENCE`` (its variable), any case, surrounded
+    by whitespace, is ``folded_fence``. Raises SwitchError when ``name`` is not text."""
+    if not isinstance(name, str):
+        raise SwitchError(f"a feature name must be text (like folded_fence), got "
+                          f"{type(name).__name__} {_shown(name)}")
+    name = name.strip()
+    if name.upper().startswith("DSV41_"):
+        name = name[len("DSV41_"):]
+    return name.lower()
+
+
+def check_declared(features: dict, name: Any, value: Any):
     """The declaration half of a switch check (no runtime state needed, so the HTTP server process
-    can refuse early): ``features`` name -> Feature. Returns ``(feature, new bool)``. Raises
+    can refuse early): ``features`` name -> Feature; ``name`` in any spelling ``feature_name``
+    accepts; ``value`` as ``parse_value`` accepts. Returns ``(feature, new bool)``. Raises
     SwitchError (unknown feature, bad value) or NotLiveError (declared without ``live=True``)."""
-    feature = features.get(name)
+    feature = features.get(feature_name(name))
     if feature is None:
         live = [f.name for f in features.values() if f.live]
-        raise SwitchError(f"no feature named {name!r}; known: {', '.join(features) or 'none'}"
+        raise SwitchError(f"no feature named {_shown(name)}; known: {', '.join(features) or 'none'}"
                           f" (live-safe: {', '.join(live) or 'none'})")
-    new = parse_value(name, value)
+    new = parse_value(feature.name, value)
     if not feature.live:
         raise NotLiveError(
-            f"feature {name!r} is not live-safe (declared without live=True: it acts at boot or "
-            f"cannot change between two calls), so it cannot be switched while serving; set "
+            f"feature {feature.name!r} is not live-safe (declared without live=True: it acts at boot "
+            f"or cannot change between two calls), so it cannot be switched while serving; set "
             f"{feature.flag} = {str(new).lower()} in settings.toml or {feature.env_var}="
             f"{int(new)} and relaunch")
     return feature, new
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
-    """``"folded_fence=on"`` -> ``("folded_fence", "on")``; the name may also be the flag key or
-    the ``DSV41_`` variable (``FOLDED_FENCE=1``). Raises SwitchError when there is no ``=``."""
+    """``"folded_fence=on"`` -> ``("folded_fence", "on")``; the name in any spelling
+    ``feature_name`` accepts (``FOLDED_FENCE=1``, ``DSV41_FOLDED_FENCE=0``). Raises SwitchError
+    when there is no ``=``."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
         raise SwitchError(f"{text!r} is not NAME=VALUE (for example folded_fence=on)")
     return feature_name(name), value.strip()
 
 
-def feature_name(name: str) -> str:
-    """Normalise a feature name given as ``folded_fence``, ``FOLDED_FENCE`` or
-    ``DSV41_FOLDED_FENCE`` to ``folded_fence``."""
-    name = name.strip()
-    if name.upper().startswith("DSV41_"):
-        name = name[len("DSV41_"):]
-    return name.lower()
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (an error never echoes a huge input whole)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _now() -> str:
@@ -210,7 +286,8 @@ def process_status(runtime, **extra: Any) -> dict:
     (``profile, settings_files, fingerprint, features: [{name, state, value, source, target,
     live, ...}], warnings, notes``) plus the process fields (``pid, process, role, tp_rank,
     pp_rank, dp_rank`` when known), ``generation`` (switches applied here), ``switches`` (every
-    applied Toggle, the audit record) and ``extra`` (e.g. ``step``)."""
+    kept Toggle, the audit record: the last ``HISTORY_LIMIT``), ``switches_dropped`` (older ones let
+    go) and ``extra`` (e.g. ``step``)."""
     rows = []
     for st in runtime.states():
         feature = runtime.features[st.name]
@@ -224,5 +301,6 @@ def process_status(runtime, **extra: Any) -> dict:
             "fingerprint": runtime.fingerprint.digest,
             "features": rows,
             "switches": [t.to_dict() for t in runtime.live.history],
+            "switches_dropped": runtime.live.dropped,
             "warnings": [p.message for p in runtime.resolution.warnings],
             "notes": list(runtime.resolution.notes)}

@@ -472,14 +472,17 @@ class Runtime:
                     self._set(feature, "uninstalled")
 
     # ------------------------------------------------------------------ live switches
-    def check_switch(self, name: str, value: Any) -> tuple[Feature, bool]:
-        """Phase 1 of a switch: would ``switch(name, value)`` apply in this process? Returns
-        ``(feature, new value)``; changes nothing. Raises SwitchError (unknown feature, bad value,
+    def check_switch(self, name: str, value: Any, requested_by: str = "") -> tuple[Feature, bool]:
+        """Phase 1 of a switch: would ``switch(name, value)`` apply in this process? ``name`` in
+        any spelling ``live.feature_name`` accepts. Returns ``(feature, new value)``; changes
+        nothing. Raises SwitchError (unknown feature, bad value, ``requested_by`` not short text,
         patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
         NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
-        from dsv41_flags.live import SWITCHABLE_STATES, SwitchError, check_declared
+        from dsv41_flags.live import SWITCHABLE_STATES, SwitchError, check_declared, check_requested_by
 
+        check_requested_by(requested_by)
         feature, new = check_declared(self.features, name, value)
+        name = feature.name
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
         if name not in self._hooked or state not in SWITCHABLE_STATES:  # hooked: its patch is or will be in place
@@ -493,31 +496,47 @@ class Runtime:
                step: int | None = None, request_id: str = "") -> "Toggle":
         """Switch live feature ``name`` on or off in this process, from the next call on.
 
-        value: bool or a flag word (on/off, true/false, 1/0, yes/no); requested_by: who asked
-        (recorded and logged); generation: the generation to record (lockstep ranks pass the one
-        they agreed on; default: this process's next); step: the engine step it takes effect at.
-        Emits ``feature.toggled`` (feature, old, new, generation, requested_by, step and the
-        process fields pid, role, ranks) and returns the Toggle. The resolved settings are not
-        changed: the switch is an override until the next launch.
+        name: the feature in any spelling ``live.feature_name`` accepts (``folded_fence``,
+        ``FOLDED_FENCE``, ``DSV41_FOLDED_FENCE``); value: bool or a flag word (``live.SWITCH_WORDS``);
+        requested_by: who asked, text of at most ``live.REQUESTED_BY_LIMIT`` characters (recorded
+        and logged); generation: the generation to record (lockstep ranks pass the one they agreed
+        on, above the current one; default: this process's next); step: the engine step it takes
+        effect at. Switches are serialised (``Switchboard.lock``): concurrent callers get
+        generations 1..N once each, in order. Emits ``feature.toggled`` (feature, old, new,
+        generation, requested_by, step and the process fields pid, role, ranks) and returns the
+        Toggle. A switch to the value the feature already has is a no-op: no generation, no
+        history entry; it returns a Toggle with ``changed=False`` and emits
+        ``feature.toggle_unchanged``. The resolved settings are not changed: the switch is an
+        override until the next launch.
         Raises SwitchError / NotLiveError (see ``check_switch``); nothing is changed then.
         """
-        feature, new = self.check_switch(name, value)
-        self.live.gate(name, self.value(feature))  # created at install, or here when switched before
-        toggle = self.live.apply(name, new, requested_by=requested_by, generation=generation,
-                                 step=step, request_id=request_id)
-        self._restate(feature)
-        self.log.info("feature.toggled", feature=name, old=toggle.old, new=toggle.new,
-                      generation=toggle.generation, requested_by=requested_by, step=step,
-                      request_id=request_id or None)
-        return toggle
+        with self.live.lock:
+            feature, new = self.check_switch(name, value, requested_by)
+            name = feature.name
+            self.live.gate(name, self.value(feature))  # created at install, or here when switched before
+            toggle = self.live.apply(name, new, requested_by=requested_by, generation=generation,
+                                     step=step, request_id=request_id)
+            if not toggle.changed:
+                self.log.info("feature.toggle_unchanged", feature=name, value=toggle.new,
+                              generation=toggle.generation, requested_by=requested_by, step=step,
+                              request_id=request_id or None)
+                return toggle
+            self._restate(feature)
+            self.log.info("feature.toggled", feature=name, old=toggle.old, new=toggle.new,
+                          generation=toggle.generation, requested_by=requested_by, step=step,
+                          request_id=request_id or None)
+            return toggle
 
     def rollback(self, toggle: "Toggle", reason: str) -> None:
         """Undo ``toggle`` (the last switch applied here) because another rank could not apply
-        it; emits ``feature.toggle_rolled_back``."""
-        self.live.rollback(toggle)
-        self._restate(self.features[toggle.feature])
-        self.log.warning("feature.toggle_rolled_back", feature=toggle.feature, value=toggle.old,
-                         generation=self.live.generation, reason=reason)
+        it; emits ``feature.toggle_rolled_back``. A toggle that changed nothing is left alone."""
+        if not toggle.changed:
+            return
+        with self.live.lock:
+            self.live.rollback(toggle)
+            self._restate(self.features[toggle.feature])
+            self.log.warning("feature.toggle_rolled_back", feature=toggle.feature, value=toggle.old,
+                             generation=self.live.generation, reason=reason)
 
     def _restate(self, feature: Feature) -> None:
         st = self._states.get(feature.name)

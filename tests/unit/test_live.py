@@ -1,15 +1,19 @@
 """Live switches in one process (issue 12): a live feature off at boot is installed bypassed and
 switching it changes behaviour on the next call; a non-live feature is refused; events and
 states report the live value and the generation."""
+import subprocess
 import sys
 import textwrap
+import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
 from dsv41_flags import DeclarationError, Feature
-from dsv41_flags.live import NotLiveError, SwitchError, parse_assignment
+from dsv41_flags.live import (HISTORY_LIMIT, REQUESTED_BY_LIMIT, SWITCH_WORDS, NotLiveError,
+                               SwitchError, Switchboard, parse_assignment, parse_value)
 
 
 @pytest.fixture
@@ -207,9 +211,140 @@ def test_live_must_be_a_bool():
 
 @pytest.mark.parametrize("text,expected", [("folded_fence=on", ("folded_fence", "on")),
                                            ("DSV41_FOLDED_FENCE=0", ("folded_fence", "0")),
-                                           ("FOLDED_FENCE = true", ("folded_fence", "true"))])
+                                           ("FOLDED_FENCE = true", ("folded_fence", "true")),
+                                           ("dsv41_Folded_Fence=off", ("folded_fence", "off"))])
 def test_parse_assignment(text, expected):
     assert parse_assignment(text) == expected
+
+
+@pytest.mark.parametrize("spelling", ["fence", "FENCE", "DSV41_FENCE", " dsv41_fence ", "Fence"])
+def test_every_spelling_the_cli_and_http_accept_switches_in_process_too(target, make_runtime, spelling):
+    rt = make_runtime("[default]\nfence = false\n", features_dir=target.dir)
+    rt.arm()
+    mod = __import__(target.name)
+    toggle = rt.switch(spelling, "on", requested_by="t")
+    assert toggle.feature == "fence" and toggle.changed and rt.live.last("fence") is toggle
+    assert mod.Verify().accept(1) == ["fenced", 1]
+    assert {s.name: s.state for s in rt.states()}["fence"] == "installed"
+    assert parse_assignment(f"{spelling}=on")[0] == "fence"   # the CLI's and HTTP's rule
+
+
+@pytest.mark.parametrize("value", ["maybe", "", "  ", "2", 2, None, "enable"])
+def test_a_bad_switch_value_lists_exactly_the_words_a_switch_accepts(target, make_runtime, value):
+    rt = make_runtime("[default]\n", features_dir=target.dir)
+    rt.arm()
+    with pytest.raises(SwitchError) as exc:
+        rt.switch("fence", value, requested_by="t")
+    with pytest.raises(SwitchError) as cli_exc:             # the CLI's check, before sending
+        parse_value("fence", value)
+    assert str(exc.value) == str(cli_exc.value)
+    assert str(exc.value).endswith(f"the value is not {SWITCH_WORDS}") and "empty" not in str(exc.value)
+    for word in ("on", "off", "true", "false", "yes", "no", "1", "0"):
+        assert parse_value("fence", word.upper()) is (word in ("on", "true", "yes", "1"))
+        assert word in SWITCH_WORDS
+
+
+def test_the_cli_refuses_a_bad_value_with_the_same_words():
+    cli = Path(sys.executable).with_name("dsv41-flags")
+    proc = subprocess.run([str(cli), "set", "DSV41_FOLDED_FENCE=maybe", "--url", "http://127.0.0.1:9"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"switch folded_fence='maybe': the value is not {SWITCH_WORDS}" in " ".join(proc.stderr.split())
+
+
+@pytest.mark.parametrize("boot,value", [("false", "off"), ("true", "on"), ("false", False), ("true", 1)])
+def test_a_switch_to_the_current_value_is_a_no_op(target, make_runtime, boot, value):
+    rt = make_runtime(f"[default]\nfence = {boot}\n", features_dir=target.dir)
+    rt.arm()
+    __import__(target.name)
+    before = {s.name: s for s in rt.states()}["fence"]
+    with capture_logs() as logs:
+        toggle = rt.switch("fence", value, requested_by="t")
+    assert toggle.changed is False and toggle.old == toggle.new == (boot == "true")
+    assert toggle.generation == 0 == rt.live.generation and not rt.live.history
+    assert toggle.to_dict()["changed"] is False
+    assert [e["event"] for e in logs] == ["feature.toggle_unchanged"]
+    assert {s.name: s for s in rt.states()}["fence"] == before
+    rt.rollback(toggle, "another rank failed")               # nothing to undo
+    assert rt.live.generation == 0 and {s.name: s for s in rt.states()}["fence"] == before
+
+
+def test_concurrent_switches_get_each_generation_once_in_order(target, make_runtime):
+    rt = make_runtime("[default]\nfence = false\n", features_dir=target.dir)
+    rt.arm()
+    __import__(target.name)
+    toggles: list = []
+    errors: list = []
+
+    def switcher(k: int) -> None:
+        try:
+            for i in range(500):
+                toggles.append(rt.switch("fence", (i + k) % 2 == 0, requested_by=f"t{k}"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=switcher, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    applied = sorted((t for t in toggles if t.changed), key=lambda t: t.generation)
+    assert len(toggles) == 2000 and applied
+    assert [t.generation for t in applied] == list(range(1, len(applied) + 1))
+    assert all(a.new == b.old for a, b in zip(applied, applied[1:])) and applied[0].old is False
+    assert all(t.old == t.new for t in toggles if not t.changed)
+    assert rt.live.generation == len(applied)
+    assert list(rt.live.history) == applied[-HISTORY_LIMIT:]
+    assert rt.live.dropped == max(0, len(applied) - HISTORY_LIMIT)
+    assert rt.value(rt.features["fence"]) is applied[-1].new
+
+
+def test_the_switch_history_keeps_the_last_entries_and_counts_the_dropped(target, make_runtime):
+    rt = make_runtime("[default]\nfence = false\n", features_dir=target.dir)
+    rt.arm()
+    __import__(target.name)
+    n = HISTORY_LIMIT + 44
+    for i in range(n):
+        rt.switch("fence", i % 2 == 0, requested_by=f"u{i}")
+    assert len(rt.live.history) == HISTORY_LIMIT and rt.live.dropped == 44
+    assert [t.generation for t in rt.live.history] == list(range(45, n + 1))
+    assert rt.source(rt.features["fence"]).startswith(f"live switch generation {n} by u{n - 1} ")
+    status = __import__("dsv41_flags.live", fromlist=["x"]).process_status(rt)
+    assert len(status["switches"]) == HISTORY_LIMIT and status["switches_dropped"] == 44
+
+
+def test_a_rollback_restores_generation_history_and_source_also_at_the_limit():
+    board = Switchboard(limit=2)
+    board.gate("f", False)
+    first = board.apply("f", True, requested_by="a")
+    second = board.apply("f", False, requested_by="b")
+    third = board.apply("f", True, requested_by="c")
+    assert list(board.history) == [second, third] and board.dropped == 1
+    board.rollback(third)
+    assert board.generation == 2 and list(board.history) == [second] and board.last("f") is second
+    assert board.gates["f"].on is False and board.dropped == 1
+    board.rollback(first)                                     # not the last applied: left alone
+    assert board.generation == 2 and board.gates["f"].on is False
+    with pytest.raises(SwitchError, match="generation 2 is not an integer above"):
+        board.apply("f", True, requested_by="d", generation=2)
+    assert board.apply("f", True, requested_by="d", generation=3).generation == 3
+
+
+@pytest.mark.parametrize("requested_by,match", [
+    (None, "requested_by must be text"), (5, "requested_by must be text, got int"),
+    (b"alice", "requested_by must be text, got bytes"),
+    ("x" * (REQUESTED_BY_LIMIT + 1), f"{REQUESTED_BY_LIMIT + 1} characters long; at most {REQUESTED_BY_LIMIT}"),
+    ("x" * 50_000_000, f"at most {REQUESTED_BY_LIMIT} are accepted"),
+], ids=["none", "int", "bytes", "one-too-long", "50-MB"])
+def test_requested_by_is_short_text(target, make_runtime, requested_by, match):
+    rt = make_runtime("[default]\n", features_dir=target.dir)
+    rt.arm()
+    with pytest.raises(SwitchError, match=match) as exc:
+        rt.switch("fence", "on", requested_by=requested_by)
+    assert len(str(exc.value)) < 300
+    assert rt.live.generation == 0 and not rt.live.history
+    assert rt.switch("fence", "on", requested_by="x" * REQUESTED_BY_LIMIT).generation == 1
 
 
 def test_parse_assignment_without_equals_is_an_error():

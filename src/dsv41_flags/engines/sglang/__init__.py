@@ -463,7 +463,7 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
     name = feature_name(str(name))
     vote: dict = {"ok": True, "generation": rt.live.generation, "step": step, **who}
     try:
-        _, new = rt.check_switch(name, value)
+        _, new = rt.check_switch(name, value, requested_by)
         vote["old"] = rt.value(rt.features[name])
     except FlagsError as exc:
         vote.update(ok=False, reason=str(exc))
@@ -499,7 +499,7 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
         _answer(rt, {"ok": False, **base, "error": message, "ranks": results})
         raise SwitchError(message)
     _answer(rt, {"ok": True, **base, "old": toggle.old, "new": toggle.new,
-                 "generation": toggle.generation, "step": step, "ranks": results})
+                 "changed": toggle.changed, "generation": toggle.generation, "step": step, "ranks": results})
 
 
 def scheduler_status(self, request_id: str = ""):
