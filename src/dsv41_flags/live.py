@@ -1,24 +1,31 @@
-"""Live switches (issue 12): switch a live-safe feature on or off while the process serves.
+"""Live switches: switch a live-safe feature on or off while the process serves.
 
 A feature declared ``Feature(live=True)`` gets one ``Gate`` per process. Every patch it makes
-through ``ctx.patch`` is wrapped in a bypass (``gated``) that reads ``gate.on`` once per call and
+through ``ctx.patch`` is wrapped in a bypass (``gated``) of the original's kind that reads
+``gate.on`` once per call of the feature (and pins it for the patches that call enters) and
 calls the original while it is off, so a live feature whose flag is off at boot is installed
 *bypassed* and switching it on later needs no re-patch. The ``Switchboard`` (owned by the
 per-process runtime, the one mutable object) holds the gates, the generation number (how many
-switches this process applied; lockstep ranks agree on it) and the history of switches (the
-audit record). Engine-specific transport (sglang RPC, HTTP routes) lives in ``_sglang``.
+switches this process applied; lockstep ranks agree on it), the bounded history of switches
+(the audit record) and the lock that serialises switches. Every switch path (``Runtime.switch``,
+``dsv41-flags set``, the HTTP route) reads names with ``feature_name`` and values with
+``parse_value``. Engine-specific transport (sglang RPC, HTTP routes) lives in
+``dsv41_flags.engines.sglang``.
 
 Settings files stay the source of truth at boot: a live switch is an override until the next
 launch.
 """
 
 import collections
+import contextvars
 import datetime
 import threading
 from typing import Any, Callable, NamedTuple
 
 from dsv41_flags.errors import FlagsError
 from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
+from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, async_generator_wrapper,
+                                  copy_identity, generator_wrapper, kind_mismatch, kind_of)
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
@@ -37,50 +44,119 @@ class NotLiveError(SwitchError):
 
 
 class Gate:
-    """The per-process switch of one live feature: ``on`` is read by every bypass wrapper of the
-    feature on every call (one slot read). Only the runtime writes it (``Runtime.switch``)."""
+    """The per-process switch of one live feature: ``on`` is read once per call of the feature's
+    patches (only the runtime writes it, ``Runtime.switch``); ``pin`` holds, while a call of one
+    of the feature's patches runs, the value that call read (see ``gated``)."""
 
-    __slots__ = ("on", "feature")
+    __slots__ = ("on", "feature", "pin")
 
     def __init__(self, feature: str, on: bool):
         self.feature = feature
         self.on = bool(on)
+        self.pin: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
+            f"dsv41_flags.gate.{feature}", default=None)
 
     def __repr__(self) -> str:
         return f"Gate({self.feature!r}, on={self.on})"
 
 
+class _Pinned:
+    """The step of a gated generator: every resume runs with the gate's pin set to ``on``."""
+
+    __slots__ = ("pin", "on", "token")
+
+    def __init__(self, pin: contextvars.ContextVar, on: bool):
+        self.pin, self.on, self.token = pin, on, None
+
+    def __call__(self, thrown: BaseException | None) -> "_Pinned":
+        return self
+
+    def __enter__(self) -> None:
+        self.token = self.pin.set(self.on)
+
+    def __exit__(self, *exc: Any) -> bool:
+        _unpin(self.pin, self.token)
+        return False
+
+
+def _unpin(pin: contextvars.ContextVar, token: contextvars.Token) -> None:
+    try:
+        pin.reset(token)
+    except ValueError:  # resumed in another context than the one it started in
+        pin.set(None)
+
+
 def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[Any], Any]:
     """Wrap a feature's ``make(original) -> replacement`` so that the replacement is bypassed
-    while ``gate.on`` is False: the wrapper calls ``replacement`` when on, ``original`` when off.
+    while the gate is off: the wrapper calls ``replacement`` when on, ``original`` when off.
 
-    The wrapper carries the replacement's ``__module__``, ``__name__``, ``__qualname__`` and
-    ``__doc__``, ``__wrapped__ = original`` (signature checks see the original) and
-    ``__dsv41_gate__ = gate``. Raises SwitchError when the original or the replacement is not
-    callable (a live feature may only patch functions and methods).
+    One state per call: a call of any of the feature's gated patches that is not already inside
+    one (the outermost entry) reads ``gate.on`` once and pins it (``gate.pin``, a ContextVar) for
+    everything it runs, so every patch of the feature entered during that call (A calling B)
+    sees the same state. A call that starts after ``Runtime.switch`` returned sees the new state
+    in every patch; a call in flight across a switch finishes in the state it started with. The
+    pin follows the context: threads start unpinned, an asyncio task created inside a call
+    inherits the call's pin. A coroutine reads the gate when it starts running (first awaited),
+    a generator at its first step, and keeps that state in every later step.
+
+    The wrapper is of the original's kind (``dsv41_flags.wrappers``: function, coroutine function,
+    generator function, async generator function; ``inspect.iscoroutinefunction`` & co. answer as
+    for the original) and carries the replacement's ``__module__``, ``__name__``,
+    ``__qualname__`` and ``__doc__``, ``__wrapped__ = original`` (``inspect.signature`` sees the
+    original) and ``__dsv41_gate__ = gate``. Raises SwitchError when the original or the
+    replacement is not callable (a live feature may only patch functions and methods) or the
+    replacement is of another kind than the original (a plain function may stand for any kind).
     """
 
     def make_gated(original):
+        what = where or "the patched attribute"
         if not callable(original):
-            raise SwitchError(f"live feature {gate.feature!r}: {where or 'the patched attribute'} is "
-                              f"not callable ({type(original).__name__}); a live feature may only "
-                              f"patch functions and methods (declare it without live=True)")
+            raise SwitchError(f"live feature {gate.feature!r}: {what} is not callable "
+                              f"({type(original).__name__}); a live feature may only patch "
+                              f"functions and methods (declare it without live=True)")
         patched = make(original)
         if not callable(patched):
-            raise SwitchError(f"live feature {gate.feature!r}: the replacement for "
-                              f"{where or 'the patched attribute'} is not callable")
+            raise SwitchError(f"live feature {gate.feature!r}: the replacement for {what} is not "
+                              f"callable")
+        kind = kind_of(original)
+        mismatch = kind_mismatch(kind, patched)
+        if mismatch:
+            raise SwitchError(f"live feature {gate.feature!r}: {what}: {mismatch}")
+        pin = gate.pin
 
-        def bypass(*args, **kwargs):
-            if gate.on:
-                return patched(*args, **kwargs)
-            return original(*args, **kwargs)
+        if kind == FUNCTION:
+            def bypass(*args, **kwargs):
+                on = pin.get()
+                if on is not None:  # inside a call of this feature: its state
+                    return patched(*args, **kwargs) if on else original(*args, **kwargs)
+                on = gate.on
+                token = pin.set(on)
+                try:
+                    return patched(*args, **kwargs) if on else original(*args, **kwargs)
+                finally:
+                    pin.reset(token)
+        elif kind == COROUTINE:
+            async def bypass(*args, **kwargs):
+                on = pin.get()
+                if on is not None:
+                    return await (patched if on else original)(*args, **kwargs)
+                on = gate.on
+                token = pin.set(on)
+                try:
+                    return await (patched if on else original)(*args, **kwargs)
+                finally:
+                    _unpin(pin, token)
+        else:
+            def prepare(args, kwargs):
+                on = pin.get()
+                if on is None:
+                    on = gate.on
+                chosen = patched if on else original
+                return (lambda: chosen(*args, **kwargs)), _Pinned(pin, on)
 
-        for name in ("__module__", "__name__", "__qualname__", "__doc__"):
-            try:
-                setattr(bypass, name, getattr(patched, name))
-            except (AttributeError, TypeError):
-                pass
-        bypass.__wrapped__ = original
+            bypass = (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
+
+        copy_identity(bypass, patched, original)
         bypass.__dsv41_gate__ = gate
         return bypass
 

@@ -10,6 +10,9 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, PLAIN, FallBack,
+                                  async_generator_wrapper, generator_wrapper, kind_mismatch, kind_of)
+
 _MISSING = object()
 #: attribute set on each replacement: ``(feature, original, had_own)``
 _MARK = "__dsv41_patch__"
@@ -152,7 +155,7 @@ class InstallContext:
     ``feature=<name>`` (the feature's own events, filtered by ``log_level``); ledger: the
     runtime's patch ledger (use ``patch``); gate: for a live feature (``Feature(live=True)``), its
     switch (``gate.on``), else None. Every ``patch`` of a live feature is bypassed while
-    ``gate.on`` is False (see ``_live.gated``), so the feature file stays only the patch; read
+    ``gate.on`` is False (see ``live.gated``), so the feature file stays only the patch; read
     ``gate.on`` yourself only for state that is not a patched callable. report: the logger of the
     framework's report events (never filtered; ``guard`` reports through it; ``log`` when not
     given).
@@ -170,17 +173,23 @@ class InstallContext:
         """Replace ``owner.attr`` by ``make(original)`` through the ledger; returns the replacement.
 
         Installing twice leaves one wrapper level; ``Runtime.uninstall`` restores the original.
-        For a live feature the replacement is a bypass wrapper (``_live.gated``) that calls
-        ``make``'s result while ``ctx.gate.on`` and the original otherwise.
+        A function, method, ``staticmethod`` or ``classmethod`` may be patched (``make`` receives
+        the function under a staticmethod/classmethod; the result is wrapped back). Give a
+        replacement of the original's kind (``dsv41_flags.wrappers``: an ``async def`` for an
+        ``async def``...) or a plain function returning what the original's calls return.
+        For a live feature the replacement is a bypass wrapper (``live.gated``) of the original's
+        kind that calls ``make``'s result while ``ctx.gate`` is on and the original otherwise.
         Raises AttributeError when ``owner`` has no ``attr``; SwitchError when a live feature
-        patches something that is not callable.
+        patches something that is not callable; TypeError (guard) / SwitchError (live) when
+        ``make`` returns another kind than the original's.
 
-        guard: the replacement runs under ``guard`` with the original as fallback: an exception
-        raised by the feature's code is reported (``<feature>.error``) and the original is called
-        with the same arguments, as the stock engine would; an exception raised by the original
-        that ``make`` received (the engine's own code) propagates unchanged. Only for functions
-        whose code has no side effect the original would repeat (no collective before the
-        failure point); a context manager is guarded step by step with ``guard`` instead.
+        guard: the replacement runs under ``guard`` with the original as fallback, in a wrapper
+        of the original's kind (see ``guard`` for coroutines and generators): an exception raised
+        by the feature's code is reported (``<feature>.error``) and the original is called with
+        the same arguments, as the stock engine would; an exception raised by the original that
+        ``make`` received (the engine's own code) propagates unchanged. Only for functions whose
+        code has no side effect the original would repeat (no collective before the failure
+        point); a context manager is guarded step by step with ``guard`` instead.
         """
         if guard:
             unguarded = make
@@ -197,55 +206,158 @@ class InstallContext:
         return self.ledger.patch(self.feature.name, owner, attr, make).replacement
 
     def guard(self, fn: Callable, fallback: Callable | None = None, *, step: str = "") -> Callable:
-        """``fn`` made safe for the engine: a call runs ``fn(*args, **kwargs)``; when it raises an
-        ``Exception`` (a malformed file, a filesystem fault, a bug of the feature) the cause is
-        reported as ``<feature>.error`` (fields ``step``, ``cause``, ``action``) through the report
-        logger, and ``fallback(*args, **kwargs)`` is returned instead (None when no fallback).
-        Exceptions raised by code wrapped with ``patch(guard=True)``'s original pass through, so do
-        ``BaseException``s that are not ``Exception`` (KeyboardInterrupt, SystemExit). Never
+        """``fn`` made safe for the engine, in a wrapper of the kind of ``fallback`` (of ``fn``
+        when no fallback; ``dsv41_flags.wrappers``) with ``fn``'s name and doc.
+
+        - A function: a call runs ``fn(*args, **kwargs)``; when it raises an ``Exception`` (a
+          malformed file, a filesystem fault, a bug of the feature) the cause is reported as
+          ``<feature>.error`` (fields ``step``, ``cause``, ``action``) through the report logger,
+          and ``fallback(*args, **kwargs)`` is returned instead (None when no fallback).
+        - A coroutine function: the same when the coroutine is awaited (``await fallback(...)``).
+        - A generator / async generator function: an exception from ``fn``'s iteration before
+          its first item is reported and the iteration goes on with ``fallback(*args, **kwargs)``
+          from its start (an empty one without fallback). After the first item the original
+          cannot take over without repeating what the caller already received: the cause is
+          reported (action "raised to the caller after N item(s)") and raised to the caller.
+          ``send`` / ``throw`` / ``close`` and the return value pass through.
+
+        Exceptions raised by code wrapped with ``patch(guard=True)``'s original pass through, so
+        do ``BaseException``s that are not ``Exception`` (KeyboardInterrupt, SystemExit,
+        ``asyncio.CancelledError``) and an exception the caller threw into a generator. Never
         raises itself over ``fn``'s failure; the fallback's own exceptions propagate (they are the
-        engine's). Since issue 16 (adversarial review)."""
+        engine's). Raises TypeError when ``fn`` is of another kind than ``fallback`` (a plain
+        function may stand for any kind)."""
         name, step = self.feature.name, step or getattr(fn, "__name__", "step")
         events = self.report if self.report is not None else self.log
+        kind = kind_of(fn if fallback is None else fallback)
+        mismatch = kind_mismatch(kind, fn)
+        if mismatch:
+            raise TypeError(f"feature {name!r}: {step}: {mismatch}")
 
-        @functools.wraps(fn)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                if getattr(exc, _ENGINE_MARK, False):
-                    raise
-                cause = exc
+        def report(cause: BaseException, action: str) -> None:
             try:
                 events.error(f"{name}.error", feature=name, step=step,
-                             cause=f"{type(cause).__name__}: {cause}",
-                             action=("called the engine's original" if fallback is not None
-                                     else "step skipped") + ", as without this feature")
+                             cause=f"{type(cause).__name__}: {cause}", action=action)
             except Exception:
                 pass
-            del cause
-            return None if fallback is None else fallback(*args, **kwargs)
 
-        return call
+        fell_back = ("called the engine's original" if fallback is not None
+                     else "step skipped") + ", as without this feature"
+
+        if kind == FUNCTION:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as exc:
+                    if getattr(exc, _ENGINE_MARK, False):
+                        raise
+                    report(exc, fell_back)
+                return None if fallback is None else fallback(*args, **kwargs)
+        elif kind == COROUTINE:
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(*args, **kwargs)
+                except Exception as exc:
+                    if getattr(exc, _ENGINE_MARK, False):
+                        raise
+                    report(exc, fell_back)
+                return None if fallback is None else await fallback(*args, **kwargs)
+        else:
+            def prepare(args: tuple, kwargs: dict):
+                rest = ((lambda: ()) if fallback is None
+                        else (lambda: fallback(*args, **kwargs)))
+                return (lambda: fn(*args, **kwargs)), _GuardedSteps(report, fell_back, rest)
+
+            call = (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
+        return functools.update_wrapper(call, fn)
+
+
+class _GuardedSteps:
+    """The step of a guarded generator: counts the items ``fn``'s iteration produced; a feature
+    exception before the first one falls back (``FallBack`` to ``rest``), after it is reported
+    and raised."""
+
+    __slots__ = ("report", "fell_back", "rest", "items", "thrown")
+
+    def __init__(self, report: Callable[[BaseException, str], None], fell_back: str,
+                 rest: Callable[[], Any]):
+        self.report, self.fell_back, self.rest = report, fell_back, rest
+        self.items, self.thrown = 0, None
+
+    def __call__(self, thrown: BaseException | None) -> "_GuardedSteps":
+        self.thrown = thrown
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None:
+            self.items += 1
+            return False
+        if (not isinstance(exc, Exception) or isinstance(exc, (StopIteration, StopAsyncIteration))
+                or exc is self.thrown or getattr(exc, _ENGINE_MARK, False)):
+            return False
+        if self.items == 0:
+            self.report(exc, self.fell_back)
+            raise FallBack(self.rest, PLAIN)
+        self.report(exc, f"raised to the caller after {self.items} item(s): the engine's "
+                         f"original cannot take over mid-iteration without repeating them")
+        return False
+
+
+class _EngineSteps:
+    """The step of the engine's generator handed to a guarded feature: marks what it raises."""
+
+    __slots__ = ()
+
+    def __call__(self, thrown: BaseException | None) -> "_EngineSteps":
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, etype: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is not None and not isinstance(exc, (StopIteration, StopAsyncIteration, GeneratorExit)):
+            _mark_engine(exc)
+        return False
 
 
 _ENGINE_MARK = "__dsv41_engine_raised__"
 
 
+def _mark_engine(exc: BaseException) -> None:
+    try:
+        setattr(exc, _ENGINE_MARK, True)
+    except Exception:
+        pass
+
+
 def _engine_code(original: Callable) -> Callable:
-    """``original`` marking what it raises as the engine's own (``guard`` lets it through)."""
+    """``original`` (same kind) marking what it raises as the engine's own (``guard`` lets it
+    through)."""
     if not callable(original):
         return original
-
-    @functools.wraps(original)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return original(*args, **kwargs)
-        except BaseException as exc:
+    kind = kind_of(original)
+    if kind == FUNCTION:
+        def call(*args: Any, **kwargs: Any) -> Any:
             try:
-                setattr(exc, _ENGINE_MARK, True)
-            except Exception:
-                pass
-            raise
+                return original(*args, **kwargs)
+            except BaseException as exc:
+                _mark_engine(exc)
+                raise
+    elif kind == COROUTINE:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await original(*args, **kwargs)
+            except BaseException as exc:
+                _mark_engine(exc)
+                raise
+    else:
+        steps = _EngineSteps()
 
-    return call
+        def prepare(args: tuple, kwargs: dict):
+            return (lambda: original(*args, **kwargs)), steps
+
+        call = (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
+    return functools.update_wrapper(call, original)

@@ -1,0 +1,473 @@
+"""Patch wrappers keep the kind of what they wrap: ``ctx.patch(..., guard=True)`` and a live
+feature's bypass around a function, a coroutine function, a generator function and an async
+generator function, as a method, a staticmethod and a classmethod; and a live feature's patches
+see one state per call while other threads switch it."""
+import asyncio
+import inspect
+import sys
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+from structlog.testing import capture_logs
+
+TARGET = '''
+CALLS = []
+
+
+class Engine:
+    def plain(self, x):
+        """The engine's plain."""
+        CALLS.append("plain")
+        if x == "boom":
+            raise KeyError("engine")
+        return ["orig", x]
+
+    async def coro(self, x):
+        """The engine's coro."""
+        CALLS.append("coro")
+        if x == "boom":
+            raise KeyError("engine")
+        return ["orig", x]
+
+    def gen(self, x):
+        """The engine's gen."""
+        CALLS.append("gen")
+        yield "orig"
+        if x == "boom":
+            raise KeyError("engine")
+        yield x
+        return "done"
+
+    async def agen(self, x):
+        """The engine's agen."""
+        CALLS.append("agen")
+        yield "orig"
+        if x == "boom":
+            raise KeyError("engine")
+        yield x
+
+    @staticmethod
+    async def s_coro(x):
+        CALLS.append("s_coro")
+        if x == "boom":
+            raise KeyError("engine")
+        return ["orig", x]
+
+    @classmethod
+    def c_gen(cls, x):
+        CALLS.append("c_gen")
+        yield "orig"
+        if x == "boom":
+            raise KeyError("engine")
+        yield x
+        return "done"
+
+    @staticmethod
+    def s_plain(x):
+        CALLS.append("s_plain")
+        if x == "boom":
+            raise KeyError("engine")
+        return ["orig", x]
+
+    @classmethod
+    async def c_agen(cls, x):
+        CALLS.append("c_agen")
+        yield "orig"
+        if x == "boom":
+            raise KeyError("engine")
+        yield x
+'''
+
+#: attribute -> kind of the replacement the feature writes
+KINDS = {"plain": "def", "coro": "async", "gen": "gen", "agen": "agen",
+         "s_coro": "async", "c_gen": "gen", "s_plain": "def", "c_agen": "agen"}
+
+#: (kind, behaviour) -> body of the replacement ``r(*args, **kwargs)`` over ``original``
+REPLACEMENTS = {
+    ("def", "works"): "return ['new'] + original(*args, **kwargs)[1:]",
+    ("def", "fails"): "raise ValueError('feature bug')",
+    ("def", "passes"): "return original(*args, **kwargs)",
+    ("async", "works"): "return ['new'] + (await original(*args, **kwargs))[1:]",
+    ("async", "fails"): "await asyncio.sleep(0)\n        raise ValueError('feature bug')",
+    ("async", "passes"): "return await original(*args, **kwargs)",
+    ("gen", "works"): "yield 'new'\n        it = original(*args, **kwargs)\n        next(it)\n"
+                      "        return (yield from it)",
+    ("gen", "fails"): "raise ValueError('feature bug')\n        yield",
+    ("gen", "midway"): "yield 'new'\n        raise ValueError('feature bug')",
+    ("gen", "passes"): "return (yield from original(*args, **kwargs))",
+    ("agen", "works"): "yield 'new'\n        it = original(*args, **kwargs)\n        await anext(it)\n"
+                       "        async for item in it:\n            yield item",
+    ("agen", "fails"): "raise ValueError('feature bug')\n        yield",
+    ("agen", "midway"): "yield 'new'\n        raise ValueError('feature bug')",
+    ("agen", "passes"): "async for item in original(*args, **kwargs):\n            yield item",
+}
+PREFIX = {"def": "def", "async": "async def", "gen": "def", "agen": "async def"}
+
+
+def feature_source(target: str, behaviour: str, *, guard: bool, live: bool) -> str:
+    makes = []
+    for attr, kind in KINDS.items():
+        body = REPLACEMENTS.get((kind, behaviour), REPLACEMENTS[(kind, "works")])
+        makes.append(textwrap.dedent(f"""
+            def make_{attr}(original):
+                @functools.wraps(original)
+                {PREFIX[kind]} r(*args, **kwargs):
+                    {{body}}
+                return r
+            ctx.patch(module.Engine, {attr!r}, make_{attr}, guard={guard})
+        """).replace("{body}", body).replace("\n", "\n    "))
+    return ("import asyncio\nimport functools\nfrom dsv41_flags import Feature\n\n"
+            "def install(module, ctx):" + "".join(makes) + "\n\n"
+            f"FEATURE = Feature(name='kinds', target={target!r}, install=install, summary='kinds',"
+            f" engine='', live={live})\n")
+
+
+def run(fn, *args):
+    """Call ``fn`` and drive what it returns: ``(result, items)`` (items of a generator)."""
+    out = fn(*args)
+    if inspect.iscoroutine(out):
+        return asyncio.run(out), None
+    if inspect.isasyncgen(out):
+        async def collect():
+            return [item async for item in out]
+        return None, asyncio.run(collect())
+    if inspect.isgenerator(out):
+        items = []
+        try:
+            while True:
+                items.append(next(out))
+        except StopIteration as stop:
+            return stop.value, items
+    return out, None
+
+
+def expected(attr: str, head: str, x: str = "x"):
+    kind = KINDS[attr]
+    if kind in ("gen", "agen"):
+        return ("done" if kind == "gen" else None), [head, x]
+    return [head, x], None
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch, make_runtime):
+    """``engine(behaviour, guard=, live=, on=) -> (module, runtime)``: the target imported with
+    the feature installed."""
+    made = []
+
+    def _make(behaviour: str, *, guard: bool, live: bool, on: bool = True):
+        name = f"kinds_target_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{name}.py").write_text(TARGET)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        feats = tmp_path / f"feats_{name}"
+        feats.mkdir()
+        (feats / "kinds.py").write_text(feature_source(name, behaviour, guard=guard, live=live))
+        rt = make_runtime(f"[default]\nstrict = true\nkinds = {str(on).lower()}\n", features_dir=feats)
+        rt.arm()
+        module = __import__(name)
+        made.append(name)
+        st = {s.name: s for s in rt.states()}["kinds"]
+        assert st.state == ("installed" if on else "bypassed"), st
+        return module, rt
+
+    yield _make
+    for name in made:
+        sys.modules.pop(name, None)
+
+
+def _unpatched(tmp_path):
+    namespace: dict = {}
+    exec(TARGET, namespace)
+    return namespace["Engine"]
+
+
+KIND_CHECKS = (inspect.iscoroutinefunction, inspect.isgeneratorfunction, inspect.isasyncgenfunction)
+
+
+@pytest.mark.parametrize("guard,live,on", [(True, False, True), (False, True, True), (False, True, False),
+                                           (True, True, True), (True, True, False)],
+                         ids=["guarded", "live-on", "live-bypassed", "guarded-live-on", "guarded-live-bypassed"])
+@pytest.mark.parametrize("attr", list(KINDS))
+def test_a_wrapper_keeps_the_kind_signature_and_identity_of_what_it_wraps(engine, tmp_path, attr, guard, live, on):
+    module, rt = engine("works", guard=guard, live=live, on=on)
+    plain = _unpatched(tmp_path)
+    for patched, original in ((getattr(module.Engine, attr), getattr(plain, attr)),
+                              (getattr(module.Engine(), attr), getattr(plain(), attr))):
+        assert [check(patched) for check in KIND_CHECKS] == [check(original) for check in KIND_CHECKS]
+        assert inspect.signature(patched) == inspect.signature(original)
+        for field in ("__name__", "__qualname__", "__doc__"):
+            assert getattr(patched, field) == getattr(original, field)
+        assert patched.__module__ == module.__name__
+    raw = module.Engine.__dict__[attr]
+    assert type(raw) is type(plain.__dict__[attr])                  # staticmethod / classmethod kept
+    record = next(r for r in rt.ledger.records("kinds") if r.attr == attr)
+    below = record.original
+    fn = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    assert fn.__wrapped__ is (below.__func__ if isinstance(below, (staticmethod, classmethod)) else below)
+    assert run(getattr(module.Engine(), attr), "x") == expected(attr, "new" if on else "orig")
+    if isinstance(raw, (staticmethod, classmethod)):                 # called on the class too
+        assert run(getattr(module.Engine, attr), "x") == expected(attr, "new" if on else "orig")
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["guarded", "guarded-live"])
+@pytest.mark.parametrize("attr", list(KINDS))
+def test_a_guarded_patch_whose_code_fails_falls_back_to_the_original_in_every_kind(engine, attr, live):
+    module, rt = engine("fails", guard=True, live=live)
+    module.CALLS.clear()
+    with capture_logs() as logs:
+        assert run(getattr(module.Engine(), attr), "x") == expected(attr, "orig")
+    assert module.CALLS == [attr]
+    errors = [e for e in logs if e["event"] == "kinds.error"]
+    assert len(errors) == 1 and errors[0]["cause"] == "ValueError: feature bug"
+    assert errors[0]["action"] == "called the engine's original, as without this feature"
+    assert errors[0]["step"] == attr
+
+
+@pytest.mark.parametrize("attr", list(KINDS))
+def test_what_the_engine_raises_under_a_guarded_patch_reaches_the_caller_unchanged(engine, attr):
+    module, rt = engine("passes", guard=True, live=True)
+    module.CALLS.clear()
+    with capture_logs() as logs:
+        with pytest.raises(KeyError, match="engine"):
+            run(getattr(module.Engine(), attr), "boom")
+    assert module.CALLS == [attr]                                    # the original ran once
+    assert not [e for e in logs if e["event"] == "kinds.error"]
+
+
+@pytest.mark.parametrize("attr", [a for a, k in KINDS.items() if k in ("gen", "agen")])
+def test_a_guarded_generator_that_fails_midway_reports_and_raises(engine, attr):
+    module, rt = engine("midway", guard=True, live=False)
+    module.CALLS.clear()
+    it = getattr(module.Engine(), attr)("x")
+    with capture_logs() as logs:
+        if KINDS[attr] == "gen":
+            assert next(it) == "new"
+            with pytest.raises(ValueError, match="feature bug"):
+                next(it)
+        else:
+            async def two():
+                assert await anext(it) == "new"
+                with pytest.raises(ValueError, match="feature bug"):
+                    await anext(it)
+            asyncio.run(two())
+    assert module.CALLS == []                                        # the original never ran
+    errors = [e for e in logs if e["event"] == "kinds.error"]
+    assert len(errors) == 1 and errors[0]["action"].startswith("raised to the caller after 1 item(s)")
+
+
+def test_a_guarded_generator_passes_send_throw_and_close_through(engine):
+    module, rt = engine("passes", guard=True, live=True)
+
+    def echo():
+        got = yield "ready"
+        while True:
+            try:
+                got = yield f"got {got}"
+            except LookupError as exc:
+                got = f"caught {exc}"
+
+    guarded = rt_ctx_guard(rt, echo)
+    assert inspect.isgeneratorfunction(guarded)
+    it = guarded()
+    assert next(it) == "ready" and it.send(1) == "got 1"
+    assert it.throw(LookupError("x")) == "got caught x"
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    it = guarded()
+    next(it)
+    with pytest.raises(TypeError):                                   # thrown in, not caught: the caller's
+        it.throw(TypeError("yours"))
+
+
+def rt_ctx_guard(rt, fn):
+    from dsv41_flags.patch import InstallContext
+
+    ctx = InstallContext(rt.features["kinds"], {}, None, rt.log, rt.ledger, report=rt.log)
+    return ctx.guard(fn, fn)
+
+
+@pytest.mark.parametrize("kind,replacement", [("coroutine function", "async def r(*a): return 1"),
+                                              ("generator function", "def r(*a):\n    yield 1")],
+                         ids=["async-for-plain", "generator-for-plain"])
+def test_a_replacement_of_another_kind_than_the_original_fails_the_install(tmp_path, monkeypatch, make_runtime, kind, replacement):
+    name = f"kinds_mismatch_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("def f(x):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    (feats / "kinds.py").write_text(
+        "from dsv41_flags import Feature\n" + replacement + "\n"
+        "def install(module, ctx):\n    ctx.patch(module, 'f', lambda original: r, guard=True)\n"
+        f"FEATURE = Feature(name='kinds', target={name!r}, install=install, summary='k', engine='', live=True)\n")
+    rt = make_runtime("[default]\nstrict = false\nkinds = true\n", features_dir=feats)
+    rt.arm()
+    module = __import__(name)
+    sys.modules.pop(name, None)
+    st = {s.name: s for s in rt.states()}["kinds"]
+    assert st.state == "failed" and f"the replacement is a {kind} but the original is a function" in st.detail
+    assert module.f(3) == 3
+
+
+# ------------------------------------------------------------------ one state per call
+PAIR_TARGET = '''
+import asyncio
+
+
+class Pair:
+    def a(self, hook=None):
+        if hook:
+            hook()
+        return ("a-orig", self.b())
+
+    def b(self):
+        return "b-orig"
+
+    async def ca(self, hook=None):
+        if hook:
+            hook()
+        await asyncio.sleep(0)
+        return ("a-orig", await self.cb())
+
+    async def cb(self):
+        return "b-orig"
+
+    def ga(self, hook=None):
+        yield "a-orig"
+        if hook:
+            hook()
+        yield self.b()
+'''
+
+PAIR_FEATURE = '''
+from dsv41_flags import Feature
+
+
+def install(module, ctx):
+    ctx.patch(module.Pair, "a", lambda original: lambda self, hook=None: (
+        (hook() if hook else None), ("a-new", self.b()))[1])
+    ctx.patch(module.Pair, "b", lambda original: lambda self: "b-new")
+
+    def make_ca(original):
+        async def ca(self, hook=None):
+            if hook:
+                hook()
+            return ("a-new", await self.cb())
+        return ca
+    ctx.patch(module.Pair, "ca", make_ca)
+
+    def make_cb(original):
+        async def cb(self):
+            return "b-new"
+        return cb
+    ctx.patch(module.Pair, "cb", make_cb)
+
+    def make_ga(original):
+        def ga(self, hook=None):
+            yield "a-new"
+            if hook:
+                hook()
+            yield self.b()
+        return ga
+    ctx.patch(module.Pair, "ga", make_ga)
+
+
+FEATURE = Feature(name="pair", target=TARGET, install=install, summary="two patches", engine="",
+                  live=True)
+'''
+
+
+@pytest.fixture
+def pair(tmp_path, monkeypatch, make_runtime):
+    name = f"pair_target_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(PAIR_TARGET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    (feats / "pair.py").write_text(PAIR_FEATURE.replace("TARGET", repr(name)))
+    rt = make_runtime("[default]\npair = false\n", features_dir=feats)
+    rt.arm()
+    module = __import__(name)
+    yield module, rt
+    sys.modules.pop(name, None)
+
+
+CONSISTENT = {(("a-new", "b-new")), ("a-orig", "b-orig")}
+
+
+@pytest.mark.parametrize("start_on", [False, True])
+@pytest.mark.parametrize("attr", ["a", "ca", "ga"])
+def test_a_call_in_flight_across_a_switch_finishes_in_the_state_it_started_with(pair, attr, start_on):
+    module, rt = pair
+    rt.switch("pair", start_on, requested_by="t")
+    flip = lambda: rt.switch("pair", not start_on, requested_by="mid-call")   # noqa: E731
+    out = getattr(module.Pair(), attr)(flip)
+    if inspect.iscoroutine(out):
+        out = asyncio.run(out)
+    out = tuple(out)
+    assert out == (("a-new", "b-new") if start_on else ("a-orig", "b-orig"))
+    assert rt.value(rt.features["pair"]) is (not start_on)
+    after = run(getattr(module.Pair(), attr))[0] if attr == "ca" else tuple(getattr(module.Pair(), attr)())
+    assert after == (("a-new", "b-new") if not start_on else ("a-orig", "b-orig"))
+
+
+def test_threads_calling_while_others_switch_never_see_a_half_switched_feature(pair):
+    """4 threads call A (which calls B) while 2 threads switch 150 times each (bounded: 60 s)."""
+    module, rt = pair
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads interleave often: switches land mid-call
+    deadline = time.monotonic() + 60
+    switching = [2]
+    mixed: list = []
+    calls = [0]
+    errors: list = []
+
+    def caller():
+        obj = module.Pair()
+        try:
+            while switching[0] and time.monotonic() < deadline:
+                got = obj.a()
+                calls[0] += 1
+                if got not in CONSISTENT:
+                    mixed.append(got)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def switcher(k):
+        obj = module.Pair()
+        try:
+            for i in range(150):
+                rt.switch("pair", (i + k) % 2 == 0, requested_by=f"s{k}")
+                got = obj.a()
+                if got not in CONSISTENT:
+                    mixed.append(got)
+                time.sleep(0)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            switching[0] -= 1
+
+    threads = ([threading.Thread(target=caller) for _ in range(4)]
+               + [threading.Thread(target=switcher, args=(k,)) for k in range(2)])
+    with capture_logs():
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                t.join(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            sys.setswitchinterval(interval)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert calls[0] > 0 and rt.live.generation > 10
+    assert mixed == []
+
+
+def test_a_call_that_starts_after_a_switch_sees_the_new_state_in_every_patch(pair):
+    module, rt = pair
+    obj = module.Pair()
+    for value in (True, False, True):
+        rt.switch("pair", value, requested_by="t")
+        expect = ("a-new", "b-new") if value else ("a-orig", "b-orig")
+        assert obj.a() == expect and asyncio.run(obj.ca()) == expect and tuple(obj.ga()) == expect
