@@ -46,15 +46,23 @@ class NotLiveError(SwitchError):
 class Gate:
     """The per-process switch of one live feature: ``on`` is read once per call of the feature's
     patches (only the runtime writes it, ``Runtime.switch``); ``pin`` holds, while a call of one
-    of the feature's patches runs, the value that call read (see ``gated``)."""
+    of the feature's patches runs, the value that call read (see ``gated``); ``patches`` names the
+    attributes gated by it and ``alone`` is True while there is at most one."""
 
-    __slots__ = ("on", "feature", "pin")
+    __slots__ = ("on", "feature", "pin", "patches", "alone")
 
     def __init__(self, feature: str, on: bool):
         self.feature = feature
         self.on = bool(on)
         self.pin: contextvars.ContextVar[bool | None] = contextvars.ContextVar(
             f"dsv41_flags.gate.{feature}", default=None)
+        self.patches: set[str] = set()
+        self.alone = True
+
+    def add(self, where: str) -> None:
+        """Count ``where`` among the gated attributes (``alone`` becomes False at the second)."""
+        self.patches.add(where)
+        self.alone = len(self.patches) <= 1
 
     def __repr__(self) -> str:
         return f"Gate({self.feature!r}, on={self.on})"
@@ -97,7 +105,10 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
     in every patch; a call in flight across a switch finishes in the state it started with. The
     pin follows the context: threads start unpinned, an asyncio task created inside a call
     inherits the call's pin. A coroutine reads the gate when it starts running (first awaited),
-    a generator at its first step, and keeps that state in every later step.
+    a generator at its first step, and keeps that state in every later step. A feature with a
+    single gated function or coroutine function (``gate.alone``) has no other patch to agree
+    with: its calls read ``gate.on`` without pinning (the patched-call cost stays one attribute
+    read); only a recursive re-entry of that one function reads the gate again.
 
     The wrapper is of the original's kind (``dsv41_flags.wrappers``: function, coroutine function,
     generator function, async generator function; ``inspect.iscoroutinefunction`` & co. answer as
@@ -123,9 +134,14 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
         if mismatch:
             raise SwitchError(f"live feature {gate.feature!r}: {what}: {mismatch}")
         pin = gate.pin
+        gate.add(where or f"{type(original).__name__} at {id(original):#x}")
 
         if kind == FUNCTION:
             def bypass(*args, **kwargs):
+                if gate.alone:  # no other patch of the feature: nothing to agree with
+                    if gate.on:
+                        return patched(*args, **kwargs)
+                    return original(*args, **kwargs)
                 on = pin.get()
                 if on is not None:  # inside a call of this feature: its state
                     return patched(*args, **kwargs) if on else original(*args, **kwargs)
@@ -137,6 +153,8 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
                     pin.reset(token)
         elif kind == COROUTINE:
             async def bypass(*args, **kwargs):
+                if gate.alone:
+                    return await (patched if gate.on else original)(*args, **kwargs)
                 on = pin.get()
                 if on is not None:
                     return await (patched if on else original)(*args, **kwargs)
