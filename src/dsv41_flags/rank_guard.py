@@ -8,7 +8,7 @@ resolution and guard mode; a mismatch raises (``rank_guard = "raise"``) or only 
 through sglang's own HookRegistry (an AFTER hook on ``initialize_model_parallel``), so no import
 finder is added.
 
-Hang-free (issue 13, input 12): the guard mode is part of the launch's resolution (reserved
+Hang-free: the guard mode is part of the launch's resolution (reserved
 setting ``RANK_GUARD``, handed to children in the snapshot), every rank joins the collective
 whatever its own mode (``off`` only silences the report), and the mode itself is compared like any
 other key. After the gather every rank acts on the same effective mode, the strictest any rank

@@ -53,7 +53,8 @@ def _run(rank: int, init_file: str, ipc: str, repo: str, tests_dir: str) -> dict
         tp_cpu_group = dist.new_group(ranks=[0, 1], backend="gloo")
 
         import dsv41_flags
-        from dsv41_flags.engines.sglang import METHODS, RpcClient, arm_live
+        from dsv41_flags.engines.sglang.processes import arm_live
+        from dsv41_flags.engines.sglang.rpc import METHODS, RpcClient
 
         rt = dsv41_flags.activate(role="scheduler")
         rt.context.update(tp_rank=rank, pp_rank=0)

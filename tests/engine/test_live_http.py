@@ -1,4 +1,4 @@
-"""Engine tier, issue 12: the operator's path. ``dsv41-flags set NAME=VALUE --url`` and
+"""Engine tier: the operator's path. ``dsv41-flags set NAME=VALUE --url`` and
 ``dsv41-flags status --url`` against sglang's real HTTP ``app`` (served by uvicorn on a free
 port, lifespan off: no model) with dsv41_flags' routes, which send sglang's ``RpcReqInput`` on
 sglang's RPC channel (zmq DEALER pair from sglang's ``get_zmq_socket``) to an entry scheduler
@@ -39,7 +39,8 @@ from sglang.srt.utils.network import get_zmq_socket  # noqa: E402
 from dsv41_flags.activation import process_state, set_process_state  # noqa: E402
 from dsv41_flags.cli import app as cli_app  # noqa: E402
 from dsv41_flags.runtime import build  # noqa: E402
-from dsv41_flags.engines.sglang import SET_PATH, STATUS_PATH, arm_live  # noqa: E402
+from dsv41_flags.engines.sglang.http import SET_PATH, STATUS_PATH  # noqa: E402
+from dsv41_flags.engines.sglang.processes import arm_live  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
@@ -157,7 +158,7 @@ def test_set_with_a_bad_value_or_body_is_a_clear_400(server):
     res = _cli("set", "folded_fence=maybe", "--url", server.url, "--json")  # refused before sending
     assert res.exit_code == 2
     assert "switch folded_fence='maybe': the value is not one of" in json.loads(res.stdout)["error"]
-    from dsv41_flags.engines.sglang import http_set
+    from dsv41_flags.engines.sglang.http import http_set
 
     answer = http_set(server.url, "folded_fence", "maybe", "t")  # the server refuses it too
     assert answer["ok"] is False and "switch folded_fence='maybe': the value is not one of" in answer["error"]

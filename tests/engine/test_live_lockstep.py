@@ -1,4 +1,4 @@
-"""Engine tier, issue 12: a live switch reaches every scheduler rank through sglang's own
+"""Engine tier: a live switch reaches every scheduler rank through sglang's own
 collective RPC path and takes effect on all ranks at the same step; a rank that cannot apply it
 makes every rank keep the old value.
 

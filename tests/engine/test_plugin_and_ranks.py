@@ -1,4 +1,4 @@
-"""Engine tier, every process (issue 5): sglang's real ``load_plugins()`` in a spawned process
+"""Engine tier, every process: sglang's real ``load_plugins()`` in a spawned process
 installs the armed features on the real target modules; two gloo ranks on the CPU with different
 settings fail the rank guard naming the differing key, and agree when equal."""
 import multiprocessing as mp

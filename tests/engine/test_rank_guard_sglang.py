@@ -1,4 +1,4 @@
-"""Engine tier, issue 13 input 12: the rank guard cannot hang, proven through sglang's own path.
+"""Engine tier: the rank guard cannot hang, proven through sglang's own path.
 
 Two gloo CPU ranks per scenario, each a fresh process running ``_guard_rank.py``: sglang's real
 ``load_plugins()`` registers the guard in sglang's HookRegistry, and the AFTER hook fires when

@@ -9,7 +9,7 @@ from dsv41_flags import SettingsError
 from dsv41_flags.cache_keeping import read_sidecar, write_sidecar
 from dsv41_flags.fingerprint import volatile_names
 from dsv41_flags.cache_keeping import diff, matches
-from dsv41_flags.engines.sglang import FINGERPRINT as ENGINE
+from dsv41_flags.engines.sglang.facts import FINGERPRINT as ENGINE
 
 SETTINGS = """
 [default]
@@ -383,7 +383,7 @@ def test_sglang_option_table_is_shipped_data_not_read_from_the_machine():
     from the installed engine, so the fingerprint does not depend on the machine computing it
     (the engine tier checks the table equals the real parser; the wheel test computes the same
     fingerprint in an environment without sglang)."""
-    import dsv41_flags.engines.sglang as _sglang
+    import dsv41_flags.engines.sglang.facts as _sglang
 
     table = _sglang.server_options()
     assert _sglang.OPTIONS_FILE.name == "sglang_options.json" and _sglang.OPTIONS_FILE.is_file()

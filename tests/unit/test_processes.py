@@ -157,7 +157,7 @@ def test_plugin_and_launcher_in_one_process_activate_once(launch):
 
 
 def test_role_and_ranks_read_from_the_sglang_process_entry():
-    from dsv41_flags.engines.sglang import caller_context
+    from dsv41_flags.engines.sglang.processes import caller_context
 
     def load_plugins():          # what sglang's loader looks like from our entry point
         return caller_context()

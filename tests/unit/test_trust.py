@@ -456,7 +456,7 @@ def test_plugin_reads_ranks_before_the_first_event(demo):
 
 def test_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
     import dsv41_flags.activation as _activation
-    import dsv41_flags.engines.sglang as _sglang
+    import dsv41_flags.engines.sglang.processes as _sglang
 
     assert _activation.is_multiprocessing_helper(
         ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(3)"])

@@ -87,7 +87,7 @@ class EngineAdapter:
       through the engine's plugin loader (which knows its role and ranks);
     switch / status: ``(engine_object, name, value, *, requested_by, timeout_s) -> dict`` and
       ``(engine_object, *, timeout_s) -> dict``: live switching of an in-process engine object on
-      every rank (issue 12); remote_switch / remote_status: ``(url, name, value, requested_by)``
+      every rank; remote_switch / remote_status: ``(url, name, value, requested_by)``
       and ``(url)``: the same through the engine's running server. Default: SwitchError.
     """
 
