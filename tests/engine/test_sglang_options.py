@@ -23,9 +23,6 @@ def test_shipped_option_table_is_the_installed_sglang_parser():
     ServerArgs.add_cli_args(parser)
     live = live_server_options()
     assert server_options() == live
-    # every option string the table holds is one the real parser shows in its help
-    shown = parser.format_help()
-    assert all(option in shown for option in live)
     # what the parser makes of aliases and abbreviations, the fingerprint makes too
     for short in ("--tp", "--node-r", "--model-p", "--dist-init", "--tensor-parallel-size"):
         extra = [] if short == "--model-p" else ["--model-path", "m"]  # a required option
