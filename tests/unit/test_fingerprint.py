@@ -251,6 +251,28 @@ def test_nodes_of_one_launch_agree(make_runtime):
     assert other.digest != n0.digest
 
 
+#: what one node of a launch places differently from another: (variables, launch options)
+PLACEMENT = [
+    ({"SGLANG_CPU_OMP_THREADS_BIND": "0"}, {"SGLANG_CPU_OMP_THREADS_BIND": "1"}),
+    ({"SGLANG_CPU_OMP_THREADS_BIND": "0-31|32-63"}, {"SGLANG_CPU_OMP_THREADS_BIND": "64-95|96-127"}),
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"}),
+    ({"NCCL_SOCKET_IFNAME": "eth0"}, {"NCCL_SOCKET_IFNAME": "ens5"}),
+    ({"SGLANG_HOST_IP": "10.0.0.1"}, {"SGLANG_HOST_IP": "10.0.0.2"}),
+    ({"SGLANG_LOCAL_IP_NIC": "eth0"}, {"SGLANG_LOCAL_IP_NIC": "bond0"}),
+    ({"NCCL_IB_HCA": "mlx5_0"}, {}),
+]
+
+
+@pytest.mark.parametrize("env0, env1", PLACEMENT)
+def test_per_node_placement_leaves_one_fingerprint_per_launch(make_runtime, env0, env1):
+    """The nodes of one launch bind other cores, see other devices, name other interfaces and
+    addresses: one launch, one fingerprint."""
+    n0 = fp_of(make_runtime, env0, NODE + ["--node-rank", "0", "--base-gpu-id", "0"], MINIMAL)
+    n1 = fp_of(make_runtime, env1, NODE + ["--node-rank", "1", "--base-gpu-id", "4"], MINIMAL)
+    assert n0.digest == n1.digest
+    assert not set(env0) & set(n0.payload["env"])
+
+
 # ------------------------------------------------------------------ issue 15: Dynaconf specials
 SPECIALS = [
     ('[default]\ndynaconf_include = ["extra.toml"]\n', "dynaconf_include", "[default]"),

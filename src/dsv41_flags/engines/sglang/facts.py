@@ -14,12 +14,15 @@ source:
   the same fingerprint, ``SGL_X=0`` and ``SGL_X=1`` differ.
 - **Volatile variables**: ``SGLANG_RUN_ID`` (written fresh by ``_set_envs_and_config`` on every
   launch), and the variables that differ between the nodes or processes of one launch, or from
-  restart to restart, without changing a kernel (ports, addresses, ranks).
+  restart to restart, without changing a kernel: ports, addresses, ranks, and per-node placement
+  (CPU binding, visible devices, NUMA node, network interface names, node-local addresses and
+  host names). One launch has one fingerprint on every node.
 - **Volatile launch options** (``server_args`` fields, ``arg_groups/fields/*.py``): the HTTP
   ``--host`` / ``--port``, the rendezvous (``--dist-init-addr`` alias ``--nccl-init-addr``,
   ``--nccl-port``, ``--node-rank``), and the other ports and addresses of one node (gRPC, sidecar,
-  bootstrap servers, gated launch, remote weight loader). ``--nnodes`` and every size stay in: the
-  nodes of one launch agree on them.
+  bootstrap servers, gated launch, remote weight loader), and per-node placement (``--base-gpu-id``,
+  ``--numa-node``, InfiniBand device lists). ``--nnodes`` and every size stay in: the nodes of one
+  launch agree on them.
 
 - **Option spellings** (``canonical_argv``): for sglang's launchers, aliases and unique
   abbreviations become the canonical option, as sglang's argparse parser reads them (``--tp 16``
@@ -73,6 +76,28 @@ VOLATILE_ENV: dict[str, str] = {
     "NCCL_IB_HCA": "InfiniBand adapters of this node (NCCL)",
     "NCCL_HOSTID": "host identity of this node (NCCL)",
     "NCCL_DEBUG_FILE": "log file of this node (NCCL)",
+    # per-node placement: which cores, devices, interfaces and addresses this node's processes
+    # use; the nodes of one launch may differ there, and so may one node from boot to boot
+    "SGLANG_CPU_OMP_THREADS_BIND": "CPU cores this node's ranks are bound to (placement)",
+    "SGLANG_HICACHE_HOST_NUMA_NODE": "NUMA node of this node's host cache (placement)",
+    "SGLANG_HOST_IP": "address of this node",
+    "SGLANG_LOCAL_IP_NIC": "network interface of this node",
+    "SGLANG_TP_RANK": "differs between the processes of one launch (tensor-parallel rank)",
+    "SGLANG_CUDA_COREDUMP_DIR": "directory on this node for core dumps",
+    "CUDA_VISIBLE_DEVICES": "devices visible on this node (placement)",
+    "HIP_VISIBLE_DEVICES": "devices visible on this node (placement)",
+    "ROCR_VISIBLE_DEVICES": "devices visible on this node (placement)",
+    "ASCEND_RT_VISIBLE_DEVICES": "devices visible on this node (placement)",
+    "ZE_AFFINITY_MASK": "devices visible on this node (placement)",
+    "NCCL_SOCKET_FAMILY": "address family of this node's interface (NCCL)",
+    "NCCL_IB_GID_INDEX": "InfiniBand GID of this node's adapters (NCCL)",
+    "NCCL_NET_DEVICES": "network devices of this node (NCCL)",
+    "GLOO_SOCKET_IFNAME": "network interface of this node (gloo)",
+    "TP_SOCKET_IFNAME": "network interface of this node (tensorpipe)",
+    "UCX_NET_DEVICES": "network devices of this node (UCX)",
+    "MASTER_ADDR": "rendezvous address (torch.distributed)",
+    "MASTER_PORT": "rendezvous port (torch.distributed)",
+    "HOSTNAME": "name of this node",
 }
 
 #: launch option -> why it never changes a tuned kernel (aliases listed as their own entries)
@@ -96,6 +121,10 @@ VOLATILE_ARGV: dict[str, str] = {
     "--remote-instance-weight-loader-seed-instance-service-port": "port of the weight seed instance",
     "--remote-instance-weight-loader-send-weights-group-ports": "ports of the weight transfer group",
     "--forward-pass-metrics-ipc-name": "IPC socket name",
+    "--base-gpu-id": "first device this node's ranks use (placement)",
+    "--numa-node": "NUMA node of each of this node's ranks (placement)",
+    "--disaggregation-ib-device": "InfiniBand devices of this node",
+    "--mooncake-ib-device": "InfiniBand devices of this node",
 }
 
 #: deprecated name -> canonical name, read only when the canonical one is unset
