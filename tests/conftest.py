@@ -1,14 +1,39 @@
 """Shared fixtures. ``make_runtime`` builds a Runtime from a settings text and an explicit
-environment, without touching os.environ or the process-wide runtime."""
+environment, without touching os.environ or the process-wide runtime.
+
+No test writes into the user's home or cache. Before anything else, for the whole session and
+every subprocess it starts:
+
+- ``HOME`` is a fresh directory under the system temp dir, removed at the end of the session;
+- ``XDG_CACHE_HOME`` is ``<repo>/.cache`` (git-ignored): the upgrade gate's fetched sglang wheels
+  (``.cache/dsv41-flags/engines``, about 113 MB) and pip's download cache stay there, so a second
+  run needs no network; ``rm -r .cache`` is always safe;
+- ``XDG_CONFIG_HOME`` keeps pointing at the user's configuration directory (read, never written),
+  so that ``pip download`` still finds a package index configured there.
+"""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
-import pytest
-
-from dsv41_flags.runtime import Runtime, build
-
 REPO = Path(__file__).resolve().parents[1]
+TEST_CACHE = REPO / ".cache"
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="dsv41-tests-home-"))
+os.environ.setdefault("XDG_CONFIG_HOME", str(Path.home() / ".config"))
+os.environ["HOME"] = str(_SESSION_HOME)
+os.environ["XDG_CACHE_HOME"] = str(TEST_CACHE)
+TEST_CACHE.mkdir(exist_ok=True)
+
+import pytest  # noqa: E402  (after the environment above: nothing may read HOME before)
+
+from dsv41_flags.runtime import Runtime, build  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_HOME, ignore_errors=True)
+
 FEATURES_DIR = (REPO / "features").resolve()  # a symlink to the shipped src/dsv41_flags/_data/features
 REPO_SETTINGS = (REPO / "settings.toml").resolve()  # a symlink to the shipped src/dsv41_flags/_data/settings.toml
 
