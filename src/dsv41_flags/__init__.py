@@ -19,7 +19,8 @@ from dsv41_flags.errors import (ActivationError, DeclarationError, DriftError, F
                                 SettingsError, SnapshotError)
 from dsv41_flags.patch import InstallContext
 from dsv41_flags.runtime import FeatureState, Runtime
+from dsv41_flags.state import State
 
 __all__ = ["Feature", "Option", "InstallContext", "activate", "current_runtime", "Runtime",
-           "FeatureState", "FlagsError", "DeclarationError", "SettingsError", "DriftError",
+           "FeatureState", "State", "FlagsError", "DeclarationError", "SettingsError", "DriftError",
            "SnapshotError", "ActivationError"]

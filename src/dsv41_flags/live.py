@@ -29,8 +29,6 @@ from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, async_generato
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
-#: states in which a feature's patch is (or will be, on import) in place, so a gate means something
-SWITCHABLE_STATES = ("off", "armed", "pending", "installed", "bypassed")
 
 
 class SwitchError(FlagsError):

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import install_order
+from dsv41_flags.drift import fixed_upstream
 from dsv41_flags.errors import DriftError, FlagsError, SnapshotError
 from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
 from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
 from dsv41_flags.names import SNAPSHOT_VAR
 from dsv41_flags.resolution import Resolution
+from dsv41_flags.state import State, after_install, after_switch, after_uninstall, at_boot
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsv41_flags.fingerprint import Fingerprint
@@ -41,10 +43,8 @@ STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=
 class FeatureState(NamedTuple):
     """One feature's state in this process.
 
-    state: off | armed | not-armed | installed | bypassed | drifted | failed | pending | missed |
-    fixed-upstream | lost | uninstalled (``bypassed``: a live feature's patch is in place but
-    switched off; ``not-armed``: flag on, no hook registered; ``missed``: the target is imported
-    but the install never ran);
+    state: a ``dsv41_flags.state.State`` (a ``str``: ``off``, ``armed``, ``installed``, ...; the
+    words and their transitions are defined there);
     value / source: the flag now (a live switch overrides the resolved value until the next
     launch) and where it came from; target: module name; detail: missing names, the error, or
     the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched;
@@ -52,7 +52,7 @@ class FeatureState(NamedTuple):
     """
 
     name: str
-    state: str
+    state: State
     value: Any
     source: str
     target: str
@@ -230,24 +230,19 @@ class Runtime:
         return [f for f in self.features.values() if self.value(f)]
 
     # ------------------------------------------------------------------ install
-    def _set(self, feature: Feature, state: str, **kw) -> FeatureState:
-        st = FeatureState(feature.name, state, self.value(feature), self.source(feature),
+    def _set(self, feature: Feature, state: State, **kw) -> FeatureState:
+        st = FeatureState(feature.name, State(state), self.value(feature), self.source(feature),
                           feature.target, live=feature.live, **kw)
         self._states[feature.name] = st
         return st
 
-    def gate(self, feature: Feature) -> tuple[str, str]:
-        """The state rule before any target is imported, ``(state, detail)``: ``off`` (flag off),
-        ``fixed-upstream`` (the installed engine is in ``fixed_in``; detail says why) or
-        ``armed``. The one place that decides it: ``arm`` acts on it, ``preview`` reports it."""
-        if not self.value(feature):
-            return "off", ""
-        if not feature.fixed_in:  # no upstream fix declared: nothing to look up
-            return "armed", ""
-        from dsv41_flags.drift import fixed_upstream
-
-        reason = fixed_upstream(feature)
-        return ("fixed-upstream", reason) if reason else ("armed", "")
+    def gate(self, feature: Feature) -> tuple[State, str]:
+        """The state of ``feature`` before any target is imported, ``(state, detail)``, by
+        ``state.at_boot``: ``off``, ``fixed-upstream`` (detail says why) or ``armed``. ``arm``
+        acts on it, ``preview`` reports it."""
+        on = self.value(feature)
+        reason = fixed_upstream(feature) if on and feature.fixed_in else ""
+        return at_boot(on, reason), reason
 
     def preview(self, missing: Mapping[str, Sequence[str]]) -> list[FeatureState]:
         """The state each feature would reach at boot before its target is imported (what
@@ -257,8 +252,8 @@ class Runtime:
         out = []
         for feature in self.features.values():
             state, detail = self.gate(feature)
-            if state == "armed" and missing.get(feature.name):
-                state, detail = "drifted", "; ".join(missing[feature.name])
+            if state == State.ARMED and missing.get(feature.name):
+                state, detail = State.DRIFTED, "; ".join(missing[feature.name])
             out.append(FeatureState(feature.name, state, self.value(feature), self.source(feature),
                                     feature.target, detail=detail, live=feature.live))
         return out
@@ -282,18 +277,16 @@ class Runtime:
         for feature in self.features.values():
             on = self.value(feature)
             state, reason = self.gate(feature)
-            if state == "off" and feature.live:
-                from dsv41_flags.drift import fixed_upstream
-
+            if state == State.OFF and feature.live:
                 reason = fixed_upstream(feature)  # a live feature off at boot is hooked, unless
                 if reason:                        # upstream carries the fix
-                    self._set(feature, "off", detail=reason)
+                    self._set(feature, State.OFF, detail=reason)
                     continue
-            elif state == "off":
-                self._set(feature, "off")
+            elif state == State.OFF:
+                self._set(feature, State.OFF)
                 continue
-            if state == "fixed-upstream":
-                self._set(feature, "fixed-upstream", detail=reason)
+            if state == State.FIXED_UPSTREAM:
+                self._set(feature, State.FIXED_UPSTREAM, detail=reason)
                 self.log.info("feature.fixed_upstream", feature=feature.name, target=feature.target,
                               reason=reason)
                 continue
@@ -302,21 +295,21 @@ class Runtime:
                 continue
             self._hooked.add(feature.name)
             # set before registering (a hook may fire at once); undone if no hook was registered
-            self._set(feature, "armed" if on else "off",
+            self._set(feature, State.ARMED if on else State.OFF,
                       detail="" if on else "live: installed bypassed when its target is imported")
             try:
                 how = register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
                                                 feature.target)
             except BaseException:
                 st = self._states.get(feature.name)
-                if st is not None and st.state in ("armed", "off"):  # no hook: it is not armed
+                if st is not None and st.state in (State.ARMED, State.OFF):  # no hook: not armed
                     del self._states[feature.name]
                     self._hooked.discard(feature.name)
                 raise
-            if how == AFTER_IMPORT_IN_PROGRESS and self._states[feature.name].state == "armed":
+            if how == AFTER_IMPORT_IN_PROGRESS and self._states[feature.name].state == State.ARMED:
                 detail = (f"its target {feature.target} is being imported by another thread: "
                           f"installs when that import completes")
-                self._set(feature, "pending", detail=detail)
+                self._set(feature, State.PENDING, detail=detail)
                 self.log.info("feature.pending", feature=feature.name, target=feature.target,
                               reason=detail)
 
@@ -333,8 +326,8 @@ class Runtime:
             import_failed(ActivationError(f"{self.abandoned}; feature {feature.name!r} is NOT "
                                           f"installed on {feature.target}"), feature.name)
             return st
-        waiting = ("armed", "pending") + (("off",) if feature.live else ())  # live: installs bypassed
-        if feature.name in self._disarmed or st is None or st.state not in waiting:
+        waiting = st is not None and (st.state.hooked or (feature.live and st.state == State.OFF))
+        if feature.name in self._disarmed or not waiting:  # a live feature off installs bypassed
             return st
         self.announce()
         try:
@@ -398,7 +391,7 @@ class Runtime:
         if bad_version:
             missing.insert(0, bad_version)
         if missing:
-            st = self._set(feature, "drifted", detail="; ".join(missing))
+            st = self._set(feature, State.DRIFTED, detail="; ".join(missing))
             self.log.error("feature.drifted", feature=feature.name, target=feature.target,
                            missing=missing, strict=strict)
             if strict:
@@ -418,11 +411,11 @@ class Runtime:
         for record in records:
             self._reach[(feature.name, record.where)] = (_path_in(module, record.owner), record.attr)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)
-        st = self._set(feature, "installed" if self.value(feature) else "bypassed",
+        st = self._set(feature, after_install(self.value(feature)),
                        duration_ms=duration_ms, patches=tuple(r.where for r in records))
         self.log.info("feature.installed", feature=feature.name, target=feature.target,
                       duration_ms=duration_ms, patches=list(st.patches),
-                      **({"live": True, "bypassed": st.state == "bypassed"} if feature.live else {}))
+                      **({"live": True, "bypassed": st.state == State.BYPASSED} if feature.live else {}))
         for record in records:
             stack = self.ledger.stack(record.owner, record.attr)
             if len(stack) > 1:
@@ -433,7 +426,7 @@ class Runtime:
     def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureState:
         """Record and report (``feature.failed``, with the traceback) that ``what`` raised
         ``exc`` while installing ``feature``; in strict mode raise DriftError naming it."""
-        st = self._set(feature, "failed", detail=f"{type(exc).__name__}: {exc}")
+        st = self._set(feature, State.FAILED, detail=f"{type(exc).__name__}: {exc}")
         self.log.error("feature.failed", feature=feature.name, target=feature.target,
                        error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
                        strict=strict)
@@ -459,8 +452,9 @@ class Runtime:
                 self._disarmed.add(feature.name)  # a hook whose target was never imported too
                 kept = self.ledger.uninstall(feature.name)
                 st = self._states.get(feature.name)
-                if st is not None and st.state in ("armed", "pending") and not kept:
-                    self._set(feature, "uninstalled", detail="disarmed before its target was imported")
+                if st is not None and st.state.hooked and not kept:
+                    self._set(feature, State.UNINSTALLED,
+                              detail="disarmed before its target was imported")
                     continue
                 if kept:
                     self.log.warning("feature.uninstall_blocked", feature=feature.name,
@@ -468,8 +462,8 @@ class Runtime:
                                      above=sorted({x.feature for r in kept
                                                    for x in self.ledger.stack(r.owner, r.attr)
                                                    if x.feature != feature.name}))
-                elif st is not None and st.state in ("installed", "bypassed", "lost"):
-                    self._set(feature, "uninstalled")
+                elif st is not None and after_uninstall(st.state) is not None:
+                    self._set(feature, after_uninstall(st.state))
 
     # ------------------------------------------------------------------ live switches
     def check_switch(self, name: str, value: Any, requested_by: str = "") -> tuple[Feature, bool]:
@@ -478,14 +472,14 @@ class Runtime:
         nothing. Raises SwitchError (unknown feature, bad value, ``requested_by`` not short text,
         patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
         NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
-        from dsv41_flags.live import SWITCHABLE_STATES, SwitchError, check_declared, check_requested_by
+        from dsv41_flags.live import SwitchError, check_declared, check_requested_by
 
         check_requested_by(requested_by)
         feature, new = check_declared(self.features, name, value)
         name = feature.name
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
-        if name not in self._hooked or state not in SWITCHABLE_STATES:  # hooked: its patch is or will be in place
+        if name not in self._hooked or st is None or not st.state.switchable:  # hooked: its patch is or will be in place
             why = f" ({st.detail})" if st is not None and st.detail else ""
             raise SwitchError(
                 f"feature {name!r} is {state} in this process{why}: its patch is not in place here, "
@@ -543,16 +537,12 @@ class Runtime:
         if st is None:
             return
         on = self.value(feature)
-        if st.state in ("installed", "bypassed"):
-            state = "installed" if on else "bypassed"
-        elif st.state in ("off", "armed", "pending"):
-            state = ("pending" if st.state == "pending" else "armed") if on else "off"
-        else:
-            state = st.state
-        detail = "" if state != "off" else "live: installed bypassed when its target is imported"
+        state = after_switch(st.state, on)
+        detail = "" if state != State.OFF else "live: installed bypassed when its target is imported"
         self._states[feature.name] = FeatureState(
-            feature.name, state, on, self.source(feature), feature.target, detail if state in (
-                "off", "armed", "pending") else st.detail, st.duration_ms, st.patches, feature.live)
+            feature.name, state, on, self.source(feature), feature.target,
+            detail if state in (State.OFF, State.ARMED, State.PENDING) else st.detail,
+            st.duration_ms, st.patches, feature.live)
 
     # ------------------------------------------------------------------ report
     def states(self) -> list[FeatureState]:
@@ -563,9 +553,9 @@ class Runtime:
         for f in self.features.values():
             st = self._states.get(f.name)
             if st is None:
-                st = (FeatureState(f.name, "not-armed", True, self.source(f), f.target,
+                st = (FeatureState(f.name, State.NOT_ARMED, True, self.source(f), f.target,
                                    detail="activation did not register its hook", live=f.live)
-                      if self.value(f) else FeatureState(f.name, "off", False, self.source(f),
+                      if self.value(f) else FeatureState(f.name, State.OFF, False, self.source(f),
                                                          f.target, live=f.live))
             out.append(st)
         return out
@@ -576,7 +566,7 @@ class Runtime:
         out = []
         for f in self.features.values():
             st = self._states.get(f.name)
-            out.append({"name": f.name, "state": st.state if st else "not-armed",
+            out.append({"name": f.name, "state": st.state if st else State.NOT_ARMED,
                         "detail": st.detail if st else "activation stopped before arming it"})
         return out
 
@@ -592,21 +582,21 @@ class Runtime:
             if st is None:
                 continue
             module = sys.modules.get(feature.target)
-            if st.state in ("armed", "pending") and (module is None or initializing(module)):
+            if st.state.hooked and (module is None or initializing(module)):
                 detail = "" if module is None else "its target is still being imported"
-                self._set(feature, "pending", detail=detail)
+                self._set(feature, State.PENDING, detail=detail)
                 self.log.warning("feature.pending", feature=feature.name, target=feature.target,
                                  **({"reason": detail} if detail else {}))
-            elif st.state in ("armed", "pending") and feature.name not in self._disarmed:
+            elif st.state.hooked and feature.name not in self._disarmed:
                 detail = ("its target is imported but the install never ran: the patch is NOT on"
                           + (f" ({self.abandoned})" if self.abandoned else ""))
-                self._set(feature, "missed", detail=detail)
+                self._set(feature, State.MISSED, detail=detail)
                 self.log.error("feature.missed", feature=feature.name, target=feature.target,
                                reason=detail)
-            elif st.state in ("installed", "bypassed"):
+            elif st.state.patched:
                 lost = self._lost(feature)
                 if lost:
-                    self._set(feature, "lost", detail=", ".join(lost))
+                    self._set(feature, State.LOST, detail=", ".join(lost))
                     self.log.error("feature.lost", feature=feature.name, target=feature.target,
                                    attributes=lost)
         return self.states()

@@ -23,6 +23,7 @@ from dsv41_flags.fingerprint import compute, prefix_sources
 from dsv41_flags.snapshot import Launch
 from dsv41_flags.runtime import Runtime, resolve_launch
 from dsv41_flags.resolution import _jsonable
+from dsv41_flags.state import blocks_boot
 
 
 class _PlainGroup(TyperGroup):
@@ -201,8 +202,8 @@ def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -
 
 
 def _boot_blockers(rows: list[dict], resolution) -> list[dict]:
-    """The rows of armed features that drifted, when strict mode would stop the boot on them."""
-    return [r for r in rows if r["state"] == "drifted"] if resolution.strict else []
+    """The rows of features whose state stops a boot (``state.blocks_boot``)."""
+    return [r for r in rows if blocks_boot(r["state"], resolution.strict)]
 
 
 def _print_blockers(blockers: list[dict]) -> None:

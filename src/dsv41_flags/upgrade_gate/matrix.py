@@ -21,10 +21,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from dsv41_flags.declare import Feature
+from dsv41_flags.state import FAILING  # noqa: F401  (the cells' words: dsv41_flags.state.Cell)
 from dsv41_flags.upgrade_gate.releases import Release
 from dsv41_flags.upgrade_gate.static_check import Checker
-
-FAILING = ("drifted", "undecided", "out-of-range", "unreadable")
 
 
 def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
