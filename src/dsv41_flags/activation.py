@@ -185,6 +185,7 @@ def _after_fork_in_child() -> None:
         exc = ActivationError(FORKED_MID_ACTIVATION.format(ppid=os.getppid()))
         _FAILED = (os.getpid(), exc)
         if partial is not None:
+            partial.on_import_failure = import_failed
             partial.abandon(str(exc))
             _PARTIAL = (os.getpid(), partial)
         return

@@ -2,35 +2,21 @@
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 from dsv41_flags.errors import DeclarationError
-from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS  # noqa: F401  (re-exported)
+from dsv41_flags.names import ENV_PREFIX
+from dsv41_flags.requires import DOTTED_NAME, EngineRange, Require
 from dsv41_flags.values import KINDS, CastError, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsv41_flags.patch import InstallContext
-    from dsv41_flags.requires import EngineRange, Require
 
-#: True while discovery re-executes declarations that the launching process already checked (a
-#: child importing the snapshot's verified feature files): their version ranges and ``requires``
-#: are not parsed again (the parsed forms live in ``_requires``), so a child imports no version
-#: parser until a target's install checks the version and parses ``requires`` for its drift check
-CHECKED_BY_LAUNCH: ContextVar[bool] = ContextVar("dsv41_checked_by_launch", default=False)
-
-_NAME = r"^[a-z][a-z0-9_]*$"  # patterns compiled on first use (``re``'s cache): a child skips them
-#: a dotted Python name (``pkg.module``, ``Cls.attr``): targets here, ``requires`` paths in ``_requires``
-DOTTED_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-
-
-def default_range() -> str:
-    """The engine range of a feature that declares none: the engine adapter's (``_engine``)."""
-    from dsv41_flags.engines import default_range as engine_default
-
-    return engine_default()
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +43,7 @@ class Option:
     help: str = ""
 
     def __post_init__(self) -> None:
-        if not CHECKED_BY_LAUNCH.get() and not re.fullmatch(_NAME, self.name):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise DeclarationError(f"option name {self.name!r} is not a lower-case identifier")
         if self.kind not in KINDS:
             raise DeclarationError(f"option {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
@@ -85,11 +71,12 @@ class Feature:
       uninstall and re-install without stacking wrappers.
     summary: one line.
     requires: names that must exist on the target, ``"Cls.method(param)"`` form allowed.
-    engine: requirement string for the engine distribution; default: the engine adapter's range
-      (``_engine.default_range()``, ``"sglang>=0.5.23,<0.6"`` for sglang, the supported engine
-      release). ``""``: no engine (a target in the user's own code): no version check, ``n/a`` in
-      the upgrade gate, shown as ``no engine range``. Must be a str (``None`` or any other type is
-      a DeclarationError naming the feature and the value).
+    engine: requirement string for the engine distribution; None (the default): the installed
+      engine adapter's range (``"sglang>=0.5.23,<0.6"`` for sglang, the supported engine
+      release), filled in where features are loaded (``discovery.with_engine_default``: building a
+      Feature reads no installed metadata). ``""``: no engine (a target in the user's own code): no
+      version check, ``n/a`` in the upgrade gate, shown as ``no engine range``. Any other type is
+      a DeclarationError naming the feature and the value.
     fixed_in: version range in which upstream carries the fix (feature then skipped), or "".
     volatile: variable names (``DSV41_...``, ``SGLANG_...``) and argv options (``--port``) this
       feature owns that do not change tuned kernels; left out of the launch fingerprint.
@@ -101,7 +88,7 @@ class Feature:
       set``): its patch is installed even when the flag is off at boot, bypassed (one attribute
       read per call) until switched on. Declare it only for a patch that is correct to turn on or
       off between two calls (``folded_fence``: it only clones outputs after the verify); a patch
-      that acts at boot (``autotune_keep``) is not live-safe. Since issue 12.
+      that acts at boot (``autotune_keep``) is not live-safe.
     Tuple fields must be tuples (a list is refused: a declaration is frozen, copied with
     ``dataclasses.replace``, never changed after construction).
     source: file that declared it (set by discovery); entry_point: ``(name, value)`` when it came
@@ -115,7 +102,7 @@ class Feature:
     install: Callable[[ModuleType, "InstallContext"], None]
     summary: str
     requires: tuple[str, ...] = ()
-    engine: str = field(default_factory=lambda: default_range())
+    engine: str | None = None
     fixed_in: str = ""
     volatile: tuple[str, ...] = ()
     options: tuple[Option, ...] = ()
@@ -129,10 +116,9 @@ class Feature:
 
     def __post_init__(self) -> None:
         where = f"feature {self.name!r}" + (f" ({self.source})" if self.source else "")
-        checked = CHECKED_BY_LAUNCH.get()  # the launch checked these bytes: keys are cross-checked
-        if not isinstance(self.name, str) or not (checked or re.fullmatch(_NAME, self.name)):
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise DeclarationError(f"{where}: name must be a lower-case identifier like 'folded_fence'")
-        if not isinstance(self.target, str) or not (checked or re.fullmatch(DOTTED_NAME, self.target)):
+        if not isinstance(self.target, str) or not re.fullmatch(DOTTED_NAME, self.target):
             raise DeclarationError(f"{where}: target {self.target!r} is not a dotted module name")
         if not callable(self.install):
             raise DeclarationError(f"{where}: install {self.install!r} is not callable")
@@ -146,15 +132,14 @@ class Feature:
                         else f": write it as a tuple, ({value!r},)" if isinstance(value, str) else "")
                 raise DeclarationError(f"{where}: {attr} must be a tuple, got "
                                        f"{type(value).__name__} {value!r}{hint}")
-        for attr in ("engine", "fixed_in"):  # cheap, so checked in children too
+        for attr in ("engine", "fixed_in"):
             value = getattr(self, attr)
-            if not isinstance(value, str):
+            if not isinstance(value, str) and not (attr == "engine" and value is None):
                 raise DeclarationError(
                     f"{where}: {attr} must be a str, got {type(value).__name__} {value!r} (write "
                     f'{attr}="" for ' + ("no engine: no version check" if attr == "engine"
                                          else "no upstream fix") + ")")
-        if not checked:
-            self._check_parsed(where)
+        self._check_parsed(where)
         names = [o.name for o in self.options]
         if len(set(names)) != len(names):
             raise DeclarationError(f"{where}: duplicate option names in {names}")
@@ -164,32 +149,20 @@ class Feature:
             raise DeclarationError(f"{where}: live must be True or False, got {self.live!r}")
 
     def _check_parsed(self, where: str) -> None:
-        """Parse ``requires`` (``_requires``) and check ``engine`` and ``fixed_in`` as packaging
-        parses them. Raises DeclarationError.
-
-        A range in the plain form (``_requires.plain_range``: comparisons of dotted release
-        numbers, the form every shipped feature and the engine adapter use) is valid for packaging
-        by construction, so packaging is imported only for any other text: it parses that, and
-        refuses what it refuses, here, with the same message (issue 11: the parent's activation
-        imports no version parser for plain ranges)."""
-        from dsv41_flags.requires import EngineRange, Require, plain_engine_range, plain_range
-
+        """Parse ``requires`` (``dsv41_flags.requires``) and check ``engine`` and ``fixed_in`` as
+        packaging parses them. Raises DeclarationError."""
         try:
             for text in self.requires:
                 Require.parse(text)
         except DeclarationError as exc:
             raise DeclarationError(f"{where}: {exc}") from None
-        if (not self.engine or plain_engine_range(self.engine)) and plain_range(self.fixed_in):
-            return
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
         if self.engine:
             try:
                 EngineRange.parse(self.engine)
             except (InvalidSpecifier, ValueError) as exc:
                 raise DeclarationError(
                     f"{where}: engine range {self.engine!r} is not a distribution name and version "
-                    f"range like {default_range() or 'name>=1.2,<2'!r} ({exc})") from None
+                    f"range like 'name>=1.2,<2' ({exc})") from None
         if self.fixed_in:
             try:
                 SpecifierSet(self.fixed_in)
@@ -209,22 +182,25 @@ class Feature:
 
     @property
     def engine_label(self) -> str:
-        """``engine`` as shown to people: the range, or ``no engine range`` for ``""``."""
+        """``engine`` as shown to people: the range, ``no engine range`` for ``""``, ``the engine
+        adapter's range`` for None (not filled in by discovery)."""
+        if self.engine is None:
+            return "the engine adapter's range"
         return self.engine or "no engine range"
 
     @property
     def engine_requirement(self) -> "EngineRange":
         """The parsed ``engine`` range (distribution ``name`` + ``specifier``). Raises ValueError /
-        packaging's InvalidSpecifier for a range that was never checked (see ``_requires``)."""
-        from dsv41_flags.requires import EngineRange
-
+        packaging's InvalidSpecifier for a range that was never checked (see ``_requires``);
+        ValueError for None (the engine adapter's range, not filled in by discovery)."""
+        if self.engine is None:
+            raise ValueError("engine range not filled in: the engine adapter's range is filled in "
+                             "by discovery.with_engine_default")
         return EngineRange.parse(self.engine)
 
     @property
     def parsed_requires(self) -> tuple[Require, ...]:
         """``requires`` parsed into Require objects. Raises DeclarationError on a malformed entry."""
-        from dsv41_flags.requires import Require
-
         return tuple(Require.parse(t) for t in self.requires)
 
     def keys(self) -> dict[str, Option | None]:

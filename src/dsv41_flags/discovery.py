@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import importlib.metadata
 import importlib.util
 import sys
 import types
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Sequence
 
-from dsv41_flags.declare import CHECKED_BY_LAUNCH, Feature
+from dsv41_flags.declare import Feature
+from dsv41_flags.engines import adapter
 from dsv41_flags.names import RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.files import FEATURE_MAX_BYTES, FileRefused, read_regular
@@ -73,64 +76,37 @@ def feature_entry_points() -> list[tuple[str, str]]:
 
 
 def installed_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
-    """The installed entry points of ``group``: what ``importlib.metadata.entry_points(group=
-    group)`` returns (the first distribution of each name along ``sys.path``, in that order), read
-    the same way, but only the distributions whose ``entry_points.txt`` names ``group`` in a
-    section header are parsed, and distribution names are worked out only when one does: beside
-    sglang, a few of the hundreds installed (issue 11: the parent's scan). Every call reads the
-    files again (a distribution installed meanwhile is seen). Raises what importlib.metadata
-    raises on an unreadable ``entry_points.txt`` of a distribution it would read."""
-    header = f"[{group}]"  # importlib.metadata reads a header as the line stripped of [ and ]
-    dists: list[importlib.metadata.Distribution] = []
-    names: list[str] = []  # names of dists[:len(names)], worked out on demand
+    """The installed entry points of ``group`` (``importlib.metadata.entry_points``: the first
+    distribution of each name along ``sys.path``). Every call reads the installed metadata again
+    (a distribution installed meanwhile is seen). Raises what importlib.metadata raises on an
+    unreadable ``entry_points.txt``."""
+    return list(importlib.metadata.entry_points(group=group))
 
-    def shadowed(dist) -> bool:
-        """Whether a distribution of the same name comes earlier along sys.path."""
-        while len(names) < len(dists):  # importlib.metadata's own key for "the same distribution"
-            names.append(dists[len(names)]._normalized_name)
-        return dist._normalized_name in names
 
-    found: list[importlib.metadata.EntryPoint] = []
-    for dist in importlib.metadata.distributions():
-        if not hasattr(type(dist), "_normalized_name"):  # pragma: no cover - the library's scan
-            return list(importlib.metadata.entry_points(group=group))
-        try:
-            text = dist.read_text("entry_points.txt")
-        except Exception:  # the library never reads a shadowed distribution's file
-            if shadowed(dist):
-                dists.append(dist)
-                continue
-            raise
-        if text and header in text and not shadowed(dist):
-            found.extend(dist.entry_points.select(group=group))
-        dists.append(dist)
-    return found
+def with_engine_default(features: Sequence[Feature]) -> list[Feature]:
+    """``features`` with every ``engine=None`` (not declared) replaced by the installed engine
+    adapter's range (``dsv41_flags.engines.adapter().default_range``); the adapter is looked up
+    only when a feature needs it. Raises FlagsError when a declared adapter cannot be loaded."""
+    if all(f.engine is not None for f in features):
+        return list(features)
+    default = adapter().default_range
+    return [f if f.engine is not None else dataclasses.replace(f, engine=default) for f in features]
 
 
 def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, str]] = True,
-             sources: dict[Path, bytes] | None = None, checked: bool = False) -> tuple[Feature, ...]:
+             sources: dict[Path, bytes] | None = None) -> tuple[Feature, ...]:
     """Load every feature: ``*.py`` in ``features_dir`` (sorted, ``_``-prefixed files skipped) and
     the entry points of group ``dsv41_flags.features`` (``entry_points``: True = scan the installed
     distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot);
     ``sources``: path -> bytes of the feature files to load instead of reading ``features_dir``
-    (the snapshot's verified files). Each feature gets ``source`` and ``source_sha256``.
-
-    ``checked``: the launching process already checked these declarations (a child re-reading
-    the launch's feature set): their version ranges are not parsed again (``CHECKED_BY_LAUNCH``).
+    (the snapshot's verified files). Each feature gets ``source`` and ``source_sha256``, and the
+    engine adapter's range when it declares no ``engine`` (``with_engine_default``). Every
+    declaration is validated the same way whoever calls.
 
     Returns features sorted by name. Raises DeclarationError naming the file (or entry point) on
     a module that fails to import, declares nothing, declares a duplicate name or key, or a
     volatile name that matches no flag, option or engine variable prefix.
     """
-    token = CHECKED_BY_LAUNCH.set(checked)
-    try:
-        return _discover(features_dir, entry_points, sources, checked)
-    finally:
-        CHECKED_BY_LAUNCH.reset(token)
-
-
-def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, str]],
-              sources: dict[Path, bytes] | None, checked: bool) -> tuple[Feature, ...]:
     features: list[Feature] = []
     if sources is None and features_dir is not None and features_dir.is_dir():
         sources = {}
@@ -162,9 +138,8 @@ def _discover(features_dir: Path | None, entry_points: bool | list[tuple[str, st
             for feature in _features_of(obj, origin):
                 features.append(dataclasses.replace(feature, entry_point=(name, value)))
     check_unique(features)
-    if not checked:  # against the whole set: one feature may name another's keys
-        check_volatile_declarations(features)
-    return tuple(sorted(features, key=lambda f: f.name))
+    check_volatile_declarations(features)  # against the whole set: one may name another's keys
+    return tuple(sorted(with_engine_default(features), key=lambda f: f.name))
 
 
 def check_unique(features: list[Feature]) -> None:
@@ -203,10 +178,7 @@ def install_order(features: Sequence[Feature]) -> list[Feature]:
     a) when ``after`` forms one. The one ordering of the framework (discovery and the runtime)."""
     by_name = {f.name: f for f in features}
     if not any(f.after for f in by_name.values()):
-        return list(by_name.values())  # nothing to order (and graphlib stays unimported)
-    import heapq
-    from graphlib import CycleError, TopologicalSorter
-
+        return list(by_name.values())  # nothing to order
     index = {name: i for i, name in enumerate(by_name)}
     sorter = TopologicalSorter({f.name: [d for d in f.after if d in by_name] for f in by_name.values()})
     try:

@@ -67,3 +67,12 @@ class ActivationError(FlagsError):
     (a half-armed runtime is never handed out). ``__cause__`` is the original error."""
 
 
+class SwitchError(FlagsError):
+    """A live switch was refused: unknown feature, bad value, a feature that is not live-safe, a
+    patch that is not in place in this process, or ranks that disagree. The message names the
+    feature and says what to do instead. Public as ``dsv41_flags.live.SwitchError``."""
+
+
+class NotLiveError(SwitchError):
+    """The feature is not declared ``live=True``: it may only change at the next launch. Public as
+    ``dsv41_flags.live.NotLiveError``."""

@@ -22,23 +22,13 @@ import datetime
 import threading
 from typing import Any, Callable, NamedTuple
 
-from dsv41_flags.errors import FlagsError
+from dsv41_flags.errors import NotLiveError, SwitchError
 from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
 from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, async_generator_wrapper,
                                   copy_identity, generator_wrapper, kind_mismatch, kind_of)
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
-
-
-class SwitchError(FlagsError):
-    """A live switch was refused: unknown feature, bad value, a feature that is not live-safe, a
-    patch that is not in place in this process, or ranks that disagree. The message names the
-    feature and says what to do instead."""
-
-
-class NotLiveError(SwitchError):
-    """The feature is not declared ``live=True``: it may only change at the next launch."""
 
 
 class Gate:
@@ -371,28 +361,3 @@ def _shown(value: Any, limit: int = 80) -> str:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def process_status(runtime, **extra: Any) -> dict:
-    """This process's answer to ``dsv41-flags status --url``: the shape of ``status --json``
-    (``profile, settings_files, fingerprint, features: [{name, state, value, source, target,
-    live, ...}], warnings, notes``) plus the process fields (``pid, process, role, tp_rank,
-    pp_rank, dp_rank`` when known), ``generation`` (switches applied here), ``switches`` (every
-    kept Toggle, the audit record: the last ``HISTORY_LIMIT``), ``switches_dropped`` (older ones let
-    go) and ``extra`` (e.g. ``step``)."""
-    rows = []
-    for st in runtime.states():
-        feature = runtime.features[st.name]
-        row = st.to_dict()
-        row.update(engine=feature.engine, options=runtime.options(feature))
-        rows.append(row)
-    return {**runtime.context.as_fields(), **extra,
-            "generation": runtime.live.generation,
-            "profile": runtime.resolution.profile,
-            "settings_files": list(runtime.resolution.files),
-            "fingerprint": runtime.fingerprint.digest,
-            "features": rows,
-            "switches": [t.to_dict() for t in runtime.live.history],
-            "switches_dropped": runtime.live.dropped,
-            "warnings": [p.message for p in runtime.resolution.warnings],
-            "notes": list(runtime.resolution.notes)}

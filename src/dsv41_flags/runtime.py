@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.discovery import install_order
+from dsv41_flags.discovery import install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream
-from dsv41_flags.errors import DriftError, FlagsError, SnapshotError
+from dsv41_flags.errors import ActivationError, DriftError, FlagsError, SnapshotError
 from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
 from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
 from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
@@ -90,7 +90,7 @@ class Runtime:
 
     def __init__(self, features: Sequence[Feature], launch: Launch, *, from_snapshot: bool = False,
                  context: ProcessContext | None = None):
-        self.features = {f.name: f for f in install_order(features)}
+        self.features = {f.name: f for f in install_order(with_engine_default(features))}
         self.launch = launch
         self.from_snapshot = from_snapshot
         self.context = context or ProcessContext()
@@ -106,10 +106,11 @@ class Runtime:
         self.announced = False
         self.snapshot_notes: list[str] = []
         self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
-        #: called with (DriftError, feature name) when a strict failure happens at a target's
-        #: import after activation (``_activation.import_failed``: flags.error, exit status 3);
-        #: None (a runtime built directly, the test kit): the DriftError is raised from the import
-        self.on_import_failure = None
+        #: called with (FlagsError, feature name) when a strict failure happens at a target's
+        #: import after activation, or a hook of an abandoned activation fires (``activate`` sets
+        #: ``activation.import_failed``: flags.error, exit status 3); None (a runtime built
+        #: directly, the test kit): the error is raised from the import statement
+        self.on_import_failure: Callable[[BaseException, str], None] | None = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
         self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
 
@@ -320,11 +321,11 @@ class Runtime:
         st = self._states.get(feature.name)
         if self.abandoned and feature.name not in self._disarmed:
             self._disarmed.add(feature.name)
-            from dsv41_flags.activation import import_failed
-            from dsv41_flags.errors import ActivationError
-
-            import_failed(ActivationError(f"{self.abandoned}; feature {feature.name!r} is NOT "
-                                          f"installed on {feature.target}"), feature.name)
+            exc = ActivationError(f"{self.abandoned}; feature {feature.name!r} is NOT installed on "
+                                  f"{feature.target}")
+            if self.on_import_failure is None:
+                raise exc
+            self.on_import_failure(exc, feature.name)
             return st
         waiting = st is not None and (st.state.hooked or (feature.live and st.state == State.OFF))
         if feature.name in self._disarmed or not waiting:  # a live feature off installs bypassed

@@ -18,11 +18,10 @@ the variable as untrusted text:
   and its content still has the sha256 the launch recorded (the verified bytes are what runs, so a
   file edited during the launch is refused and every rank runs the code the launch chose);
 * declarations: the launch records every feature's declaration (``declaration_of``: the repr of
-  every field but ``install`` and where it came from) and a child's must equal it. A child does not
-  re-validate name, target, requires and ranges (``CHECKED_BY_LAUNCH``): that is sound only for
-  the declarations the launch checked, and the same bytes can declare something else in another
-  process (a name, target or ``requires`` computed from the environment, the time, a random
-  number), which would otherwise run unchecked or never be hooked;
+  every field but ``install`` and where it came from) and a child's must equal it: the same bytes
+  can declare something else in another process (a name, target or ``requires`` computed from the
+  environment, the time, a random number), which would otherwise never be hooked. A child
+  validates every declaration as the launch did;
 * size: above ``SPILL_BYTES`` the JSON goes to a private file (mode 0600, owned by this user) and
   the variable carries ``file:<path>#sha256=<hex>``; the reader checks owner, mode and digest.
   Linux refuses any single environment string over 128 KiB (MAX_ARG_STRLEN) at exec.
@@ -421,7 +420,7 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
                     "a snapshot never names code to load: only installed distributions do")
     sources = verified_sources(data)
     fdir = Path(data["features_dir"]) if data["features_dir"] else None
-    features = discover_features(fdir, entry_points=eps, sources=sources, checked=True)
+    features = discover_features(fdir, entry_points=eps, sources=sources)
     _same_declarations(features, data["declarations"])
     res = data["resolution"]
     by_key = {k: f for f in features for k in f.keys()}

@@ -14,7 +14,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from dsv41_flags import DriftError, Feature
-from dsv41_flags.declare import CHECKED_BY_LAUNCH
 
 CLI = str(Path(sys.executable).with_name("dsv41-flags"))
 
@@ -86,18 +85,16 @@ def test_a_child_whose_declaration_differs_from_the_launch_says_so(tmp_path, cas
 
 
 def test_an_unvalidated_declaration_that_the_drift_check_cannot_read_is_a_reported_failure(make_runtime, tmp_path):
-    """Whatever reaches install without validation (a declaration built under CHECKED_BY_LAUNCH):
+    """Whatever reaches install without validation (a declaration changed after it was checked):
     the drift check's parse error is ``feature.failed`` (strict: DriftError), not a traceback."""
     rt = make_runtime("[default]\n", features_dir=tmp_path)
     module = types.ModuleType("demo_target")
-    token = CHECKED_BY_LAUNCH.set(True)
-    try:
-        bad = {"requires": Feature(name="bad_req", target="demo_target", install=lambda m, c: None,
-                                   summary="s", requires=("X.y(((",), engine=""),
-               "engine": Feature(name="bad_engine", target="demo_target", install=lambda m, c: None,
-                                 summary="s", engine="sglang>=garbage!!")}
-    finally:
-        CHECKED_BY_LAUNCH.reset(token)
+    bad = {"requires": Feature(name="bad_req", target="demo_target", install=lambda m, c: None,
+                               summary="s", engine=""),
+           "engine": Feature(name="bad_engine", target="demo_target", install=lambda m, c: None,
+                             summary="s", engine="")}
+    object.__setattr__(bad["requires"], "requires", ("X.y(((",))  # frozen: bypassed on purpose
+    object.__setattr__(bad["engine"], "engine", "sglang>=garbage!!")
     for feature in bad.values():
         with capture_logs() as logs:
             st = rt.install(feature, module)

@@ -155,11 +155,18 @@ def test_explain_the_fingerprint_table_fails_on_an_invalid_value(launch, cli):
 
 # ---------------------------------------------------------------------- 5: engine= of a Feature
 def test_engine_default_and_no_engine():
+    from dsv41_flags.discovery import with_engine_default
+    from dsv41_flags.engines import adapter
+
+    adapter.cache_clear()
     f = Feature(name="x", target="m", install=lambda m, c: None, summary="s")
+    assert adapter.cache_info().currsize == 0  # building a Feature reads no installed metadata
+    assert f.engine is None and f.engine_label == "the engine adapter's range"
+    [f] = with_engine_default([f])
     assert f.engine == "sglang>=0.5.23,<0.6" and f.engine_label == f.engine
     mine = Feature(name="x", target="m", install=lambda m, c: None, summary="s", engine="")
-    assert mine.engine_label == "no engine range"
-    for bad in (None, 0.5, ("sglang",)):
+    assert mine.engine_label == "no engine range" and with_engine_default([mine]) == [mine]
+    for bad in (0.5, ("sglang",), b"sglang"):
         with pytest.raises(DeclarationError, match=r"feature 'x'.*engine must be a str, got "):
             Feature(name="x", target="m", install=lambda m, c: None, summary="s", engine=bad)
 

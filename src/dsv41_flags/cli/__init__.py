@@ -24,6 +24,7 @@ from dsv41_flags.snapshot import Launch
 from dsv41_flags.runtime import Runtime, resolve_launch
 from dsv41_flags.resolution import _jsonable
 from dsv41_flags.state import blocks_boot
+from dsv41_flags.status import preview
 
 
 class _PlainGroup(TyperGroup):
@@ -186,19 +187,9 @@ def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -
     (name -> {value, source}), target, engine range and installed version, static drift
     (``missing``). ``armed_only``: only features whose flag is on (the ones a boot stops on)."""
     chosen = [f for f in features if not armed_only or resolution.flag(f)]
-    drift = {f.name: _drift_of(f, fdir) for f in chosen}
+    found = {f.name: _drift_of(f, fdir) for f in chosen}
     rt = Runtime(features, Launch.of(resolution, fp, features, fdir, {}))
-    states = {st.name: st for st in rt.preview({n: m for n, (m, _) in drift.items()})}
-    rows = []
-    for f in chosen:
-        st = states[f.name]
-        missing, source = drift[f.name]
-        rows.append({"name": f.name, "state": st.state, "value": st.value, "source": st.source,
-                     "target": f.target, "engine": f.engine, "engine_version": engine_version(f),
-                     "target_found": source is not None, "missing": missing, "live": f.live,
-                     "detail": st.detail if st.state == "fixed-upstream" else "",
-                     "options": rt.option_report(f)})
-    return rows
+    return preview(rt, found, [f.name for f in chosen])
 
 
 def _boot_blockers(rows: list[dict], resolution) -> list[dict]:

@@ -22,11 +22,12 @@ Standard library only at import: every process imports this module.
 """
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Callable, Mapping
 
-from dsv41_flags.errors import FlagsError
+from dsv41_flags.errors import FlagsError, SwitchError
 
 #: entry-point group an engine adapter room is declared in (``name = "module:ADAPTER"``)
 ENGINE_GROUP = "dsv41_flags.engines"
@@ -65,8 +66,6 @@ def _no_hook(callback: Callable[[Any], None]) -> bool:
 
 
 def _no_live(*args: Any, **kwargs: Any) -> dict:
-    from dsv41_flags.live import SwitchError
-
     raise SwitchError("the installed engine adapter offers no live switching path")
 
 
@@ -115,16 +114,12 @@ def adapter() -> EngineAdapter:
     else ``NO_ENGINE``. Looked up once per process
     (the installed distributions do not change under a running process).
     Raises FlagsError when a declared adapter cannot be loaded or is not an EngineAdapter."""
-    import importlib.metadata
-
     try:  # this distribution's own rooms first: one metadata file, not a scan of every distribution
         eps = list(importlib.metadata.distribution(DISTRIBUTION).entry_points.select(group=ENGINE_GROUP))
     except importlib.metadata.PackageNotFoundError:
         eps = []
-    if not eps:  # any installed distribution's (read like the feature group: _discovery)
-        from dsv41_flags.discovery import installed_entry_points
-
-        eps = installed_entry_points(ENGINE_GROUP)
+    if not eps:  # any installed distribution's
+        eps = list(importlib.metadata.entry_points(group=ENGINE_GROUP))
     eps = sorted(eps, key=lambda ep: ep.name)
     if not eps:
         return NO_ENGINE
@@ -140,6 +135,3 @@ def adapter() -> EngineAdapter:
     return found
 
 
-def default_range() -> str:
-    """The engine requirement of a feature that declares no ``engine=`` (the adapter's)."""
-    return adapter().default_range

@@ -14,7 +14,8 @@ import json
 from typing import Any
 
 from dsv41_flags.engines.sglang.rpc import RPC_TIMEOUT_S, SET_METHOD, STATUS_METHOD, RpcClient
-from dsv41_flags.live import BUILTIN, SwitchError, check_declared, feature_name, process_status
+from dsv41_flags.live import BUILTIN, SwitchError, check_declared, feature_name
+from dsv41_flags.status import process_status
 
 HTTP_MODULE = "sglang.srt.entrypoints.http_server"
 SET_PATH = "/dsv41_flags/set"

@@ -38,7 +38,8 @@ import uuid
 from typing import Any
 
 from dsv41_flags.errors import FlagsError
-from dsv41_flags.live import BUILTIN, SwitchError, feature_name, process_status
+from dsv41_flags.live import BUILTIN, SwitchError, feature_name
+from dsv41_flags.status import process_status
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 SET_METHOD = "dsv41_flags_set"
