@@ -4,6 +4,9 @@
 * A forked child owns its runtime: at fork (``os.register_at_fork``) the inherited runtime is
   adopted by the child (its pid, role ``child``, a fresh announcement), so the hooks it inherited
   report to the child's runtime and a later ``activate()`` in the child returns it (one install).
+  Just before a fork the parent settles every pending install whose target's import has
+  completed (``Runtime.settle``): the child inherits the patch, never a wait in a helper thread
+  it does not have.
 * A failed activation is remembered: ``activate()`` raises ``ActivationError`` again on retry
   instead of handing out a half-armed runtime.
 * Error policy (``fail``), the same for the sglang plugin, the ``dsv41-flags run`` bootstrap and
@@ -18,13 +21,16 @@ import atexit
 import os
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dsv41_flags.engines import adapter
 from dsv41_flags.errors import ActivationError, FlagsError, SnapshotError
-from dsv41_flags.snapshot import spill_path
+from dsv41_flags.logs import ProcessContext, configure, get_logger
+from dsv41_flags.names import RESERVED, SNAPSHOT_VAR
 from dsv41_flags.runtime import Runtime, build
-from dsv41_flags.names import SNAPSHOT_VAR
+from dsv41_flags.snapshot import spill_path
 from dsv41_flags.values import CastError, cast_bool
 
 EXIT_STRICT = 3
@@ -94,12 +100,14 @@ def _activate(settings_files, profile, role, context, export) -> Runtime:
         rt = None
         try:
             _ACTIVATING = (pid, None)
-            rt = build(settings_files, profile)
+            ctx = ProcessContext()
+            ctx.update(role=role, **dict(context or {}))  # on every line, the first one too
+            rt = build(settings_files, profile, context=ctx)
             _ACTIVATING = (pid, rt)
             rt.context.update(role=role or ("launcher" if rt.launch_pid == pid else "child"),
                               **dict(context or {}))
             if export and not rt.from_snapshot:
-                os.environ[SNAPSHOT_VAR] = rt.snapshot()
+                rt.export(os.environ)
             _remove_spill_at_exit(rt)
             rt.announce()
             # a strict failure at a LATER import (or in another thread while arming: a target
@@ -169,6 +177,19 @@ FORKED_MID_ACTIVATION = ("this process was forked while another thread of its pa
                          "(some features armed, some not) and that thread does not exist here")
 
 
+def _before_fork() -> None:
+    """``os.register_at_fork(before=...)``, in the forking thread of the parent: settle every
+    pending install whose target's import has completed (``Runtime.settle``), so the child
+    inherits the patch. Never raises (a strict failure stops the process as at any import)."""
+    rt = _RUNTIME
+    if rt is None or rt.pid != os.getpid() or _ACTIVATING is not None:
+        return
+    try:
+        rt.settle()
+    except Exception:  # reported by the install's own event; the fork goes on
+        pass
+
+
 def _after_fork_in_child() -> None:
     """``os.register_at_fork(after_in_child=...)``: a fresh lock; the inherited runtime becomes
     the child's (its pid, role ``child``, ranks dropped, announced on first use). When another
@@ -195,7 +216,7 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 # ---------------------------------------------------------------------------- policy
@@ -204,7 +225,7 @@ def _strict_when_unknown(environ: Mapping[str, str] | None = None) -> bool:
     value, else True (the default)."""
     environ = os.environ if environ is None else environ
     try:
-        return cast_bool(environ.get("DSV41_STRICT", "true") or "true")
+        return cast_bool(environ.get(RESERVED["STRICT"].variable, "true") or "true")
     except CastError:
         return True
 
@@ -244,19 +265,15 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
     if rt is not None:
         fields["states"] = rt.recorded_states()
     try:
-        from dsv41_flags.logs import ProcessContext, configure, get_logger
-
         if rt is not None:
             log = rt.log
         else:
             ctx = ProcessContext()
             ctx.update(role=role or "unknown", **dict(context or {}))
-            configure(os.environ.get("DSV41_LOG_FORMAT", "auto") or "auto",
-                      os.environ.get("DSV41_LOG_LEVEL", "info") or "info")
+            configure(os.environ.get(RESERVED["LOG_FORMAT"].variable, "auto") or "auto",
+                      os.environ.get(RESERVED["LOG_LEVEL"].variable, "info") or "info", context=ctx)
             log = get_logger(ctx)
         if not isinstance(exc, FlagsError):
-            import traceback
-
             fields["traceback"] = "".join(traceback.format_exception(exc))
         log.error("flags.error", **fields)
     except Exception:  # the event cannot be written: one plain line, never a second failure
@@ -368,21 +385,38 @@ def _bootstrap_activate(role: str | None = None) -> None:
             os._exit(EXIT_STRICT)  # never run the program unpatched
 
 
-def _activate_before_spawn_target() -> None:
-    import multiprocessing.process as mpp
+class _SpawnedTarget:
+    """The registration ``multiprocessing.util.register_after_fork`` keeps (weakly: this module
+    holds the one instance). multiprocessing calls it in every process it starts (spawn,
+    forkserver and fork), once the process object is current and before its target runs."""
 
-    from dsv41_flags.engines import adapter
+    def __call__(self, _registered: object) -> None:
+        if current_runtime() is not None or _FAILED is not None and _FAILED[0] == os.getpid():
+            return  # a forked child: it adopted its parent's runtime (or its failure)
+        import multiprocessing  # already imported: multiprocessing is running this call
 
-    original = mpp.BaseProcess._bootstrap
-
-    def _bootstrap(self, *args, **kwargs):
-        mpp.BaseProcess._bootstrap = original  # this process only (a forkserver keeps its copy)
+        process = multiprocessing.current_process()
         try:
-            deferred = adapter().will_activate(getattr(self, "_target", None))
+            deferred = adapter().will_activate(_target_of(process))
         except Exception:  # an engine adapter that cannot say: activate here, as for any target
             deferred = False
         if not deferred:
             _bootstrap_activate()
-        return original(self, *args, **kwargs)
 
-    mpp.BaseProcess._bootstrap = _bootstrap
+
+_SPAWNED_TARGET = _SpawnedTarget()
+
+
+def _target_of(process: object) -> Any:
+    """The callable a multiprocessing process object will run."""
+    # multiprocessing has no public accessor for a Process's target: BaseProcess keeps it as
+    # ``_target`` (read here and nowhere else; None when it is not there).
+    return getattr(process, "_target", None)
+
+
+def _activate_before_spawn_target() -> None:
+    """In a process started by multiprocessing's spawn (or a forkserver): activate once its
+    process object is known, just before its target runs (``_SpawnedTarget``)."""
+    import multiprocessing.util
+
+    multiprocessing.util.register_after_fork(_SPAWNED_TARGET, _SPAWNED_TARGET)

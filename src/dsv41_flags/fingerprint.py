@@ -20,25 +20,21 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
+from dsv41_flags.engines import NO_FACTS, EngineFacts, adapter
 from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.resolution import EMPTY, Resolution, _jsonable
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dsv41_flags.engines import EngineFacts
 
 #: the framework's own variables always enter (by resolved value for flags and options)
 CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
 
 
-def engine_facts() -> "EngineFacts":
-    """The engine adapter's fingerprint facts (``_engine.adapter().fingerprint``: the adapter
+def engine_facts() -> EngineFacts:
+    """The engine adapter's fingerprint facts (``engines.adapter().fingerprint``: the adapter
     room is the one place that knows the engine); ``NO_FACTS`` without an engine adapter."""
-    from dsv41_flags.engines import NO_FACTS, adapter
-
     return adapter().fingerprint or NO_FACTS
 
 

@@ -2,11 +2,14 @@
 already is. wrapt adds its finder to ``sys.meta_path`` only when a hook is registered, so with
 nothing armed the import system is left untouched.
 
-A target another thread is still importing (in ``sys.modules`` but its ``__spec__._initializing``
-is True) is never patched half-way (its body would go on and rebind what was patched): the
-callback runs when that import completes, from a helper thread that waits on the module's import
-lock (so never the importing thread itself, and it holds no other lock: no deadlock); if that
-import fails, the hook waits for the next import of the target.
+A target another thread is still importing (in ``sys.modules``, its body still running) is never
+patched half-way (its body would go on and rebind what was patched): ``register_post_import_hook``
+says so (``AFTER_IMPORT_IN_PROGRESS``) and a helper thread runs the callback once that import
+completes (it looks every ``POLL_S`` seconds and holds no lock, so it never deadlocks with the
+importing thread). The helper is one way the wait ends, not the only one: the
+runtime also settles a pending install itself wherever it looks (``Runtime.settle``: before a
+fork, at an audit), so a process forked meanwhile never depends on a thread it did not inherit.
+If that import fails, the hook waits for the next import of the target.
 """
 from __future__ import annotations
 
@@ -21,10 +24,14 @@ import wrapt
 #: ``register_post_import_hook`` results
 NOW_OR_LATER = "registered"
 AFTER_IMPORT_IN_PROGRESS = "waiting"
+#: how often the helper thread looks whether an import in progress has completed (seconds)
+POLL_S = 0.005
 
 
-def initializing(module) -> bool:
-    """True while ``module`` is being executed by an import (``__spec__._initializing``)."""
+def initializing(module: ModuleType | None) -> bool:
+    """True while ``module``'s body is being executed by an import in progress."""
+    # No public API says whether a module in sys.modules is still being executed: CPython's
+    # import machinery marks it on its spec (``__spec__._initializing``), read here and nowhere else.
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
@@ -44,26 +51,11 @@ def register_post_import_hook(callback: Callable[[ModuleType], None], target: st
     return NOW_OR_LATER
 
 
-def _wait_for_import(target: str) -> None:
-    """Block until no import of ``target`` is in progress (its module lock is free)."""
-    try:
-        from importlib._bootstrap import _lock_unlock_module
-    except ImportError:  # pragma: no cover - CPython 3.11-3.13 have it
-        _lock_unlock_module = None
-    if _lock_unlock_module is not None:
-        try:
-            _lock_unlock_module(target)
-            return
-        except Exception:
-            pass
-    while initializing(sys.modules.get(target)):  # pragma: no cover - fallback
-        time.sleep(0.005)
-
-
 def _after_import(callback: Callable[[ModuleType], None], target: str) -> None:
-    _wait_for_import(target)
+    while initializing(sys.modules.get(target)):  # never imports the target itself
+        time.sleep(POLL_S)
     module = sys.modules.get(target)
-    if module is not None and not initializing(module):
+    if module is not None:
         callback(module)
     else:  # that import failed (the module was removed): install at the next import
         wrapt.register_post_import_hook(callback, target)

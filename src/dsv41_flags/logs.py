@@ -479,13 +479,15 @@ def get_logger(context: ProcessContext | None = None, *, report: bool = True, **
 
 
 # ------------------------------------------------------------------------------ configure
-def configure(log_format: str = "auto", level: str = "info", stream=None) -> bool:
+def configure(log_format: str = "auto", level: str = "info", stream=None,
+              context: ProcessContext | None = None) -> bool:
     """Configure structlog for this process unless it is already configured.
 
     log_format: ``auto`` (console when ``sys.stderr`` is a terminal now, JSON otherwise),
     ``json`` or ``console``. level: debug | info | warning | error. stream: a fixed stream (tests);
-    default: whatever ``sys.stderr`` is at each write. Returns True when this call configured
-    structlog.
+    default: whatever ``sys.stderr`` is at each write. context: the process's ``ProcessContext``,
+    added to every line (``pid``, ``process``, ``role``, ranks), a feature module's own
+    ``structlog.get_logger()`` lines too. Returns True when this call configured structlog.
     """
     if structlog.is_configured():
         return False
@@ -497,7 +499,8 @@ def configure(log_format: str = "auto", level: str = "info", stream=None) -> boo
             log_format = "json"
     renderer = (structlog.dev.ConsoleRenderer() if log_format == "console"
                 else structlog.processors.JSONRenderer(serializer=strict_dumps))
-    processors = [
+    processors = [context] if context is not None else []
+    processors += [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -35,6 +35,8 @@ RESERVED: dict[str, ReservedName] = {r.key: r for r in (
     ReservedName("ENV", "profile (DSV41_ENV)"),
     ReservedName("SETTINGS", "settings files (DSV41_SETTINGS)"),
     ReservedName("SNAPSHOT", "snapshot handed to child processes (DSV41_SNAPSHOT)"),
+    ReservedName("LAUNCH", "the launch a child process belongs to, set beside DSV41_SNAPSHOT by "
+                           "the launching process (DSV41_LAUNCH: its pid and fingerprint)"),
     ReservedName("STRICT", "strict mode: drift, failed installs and unknown keys are errors",
                  "bool", True),
     ReservedName("FEATURES_DIR", "directory of the feature modules", "str", ""),
@@ -56,6 +58,7 @@ RESERVED_TYPES: dict[str, tuple[str, Any, tuple[str, ...]]] = {
 PROFILE_VAR = RESERVED["ENV"].variable
 SETTINGS_VAR = RESERVED["SETTINGS"].variable
 SNAPSHOT_VAR = RESERVED["SNAPSHOT"].variable
+LAUNCH_VAR = RESERVED["LAUNCH"].variable
 
 
 def suggest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:

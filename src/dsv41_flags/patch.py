@@ -10,6 +10,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from dsv41_flags.live import gated
 from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, PLAIN, FallBack,
                                   async_generator_wrapper, generator_wrapper, kind_mismatch, kind_of)
 
@@ -200,8 +201,6 @@ class InstallContext:
                 return guarded
 
         if self.gate is not None:
-            from dsv41_flags.live import gated
-
             make = gated(make, self.gate, f"{getattr(owner, '__qualname__', getattr(owner, '__name__', owner))}.{attr}")
         return self.ledger.patch(self.feature.name, owner, attr, make).replacement
 

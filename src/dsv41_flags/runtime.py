@@ -13,29 +13,28 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.discovery import install_order, with_engine_default
-from dsv41_flags.drift import fixed_upstream
-from dsv41_flags.errors import ActivationError, DriftError, FlagsError, SnapshotError
-from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
+from dsv41_flags.discovery import discover, install_order, with_engine_default
+from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
+from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
+from dsv41_flags.fingerprint import Fingerprint, compute, own_argv
 from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
-from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
-from dsv41_flags.names import SNAPSHOT_VAR
+from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
+                              check_requested_by)
+from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
+from dsv41_flags.names import ENV_PREFIX, LAUNCH_VAR, SNAPSHOT_VAR
+from dsv41_flags.patch import InstallContext, Ledger
 from dsv41_flags.resolution import Resolution
+from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
 from dsv41_flags.state import State, after_install, after_switch, after_uninstall, at_boot
 
-if TYPE_CHECKING:  # pragma: no cover
-    from dsv41_flags.fingerprint import Fingerprint
-    from dsv41_flags.live import Switchboard, Toggle
-    from dsv41_flags.patch import Ledger
-
-# Imported where first used, not here: the drift check (``_drift``) and the patch ledger
-# (``_patch``) when a target is imported, the live switchboard (``_live``) when a live feature is
-# armed or switched, the settings loader, discovery and fingerprint computation (``_settings``,
-# ``_discovery.discover``, ``_fingerprint``) only where a launch is resolved. A child activating
-# from the snapshot loads none of them (tests/unit/test_rooms.py checks its import set).
+# Every framework module a process uses is imported above, at import time: nothing of the
+# framework is imported once a process runs (a fork while another thread imports a module would
+# leave the child a module lock nobody releases). The settings loader (Dynaconf) is the one
+# exception, imported by ``resolve_launch`` while a launch is resolved, before any feature is armed:
+# a child activating from the launch's snapshot never loads it.
 
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
@@ -76,9 +75,9 @@ def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> 
     for f in files:
         if (f.parent / "features").is_dir():
             return f.parent / "features"
-    from dsv41_flags.settings import PROJECT_SETTINGS
+    import dsv41_flags.settings as settings  # see the note on imports at the top
 
-    return PROJECT_SETTINGS.parent / "features"
+    return settings.PROJECT_SETTINGS.parent / "features"
 
 
 class Runtime:
@@ -94,9 +93,13 @@ class Runtime:
         self.launch = launch
         self.from_snapshot = from_snapshot
         self.context = context or ProcessContext()
-        self._ledger: "Ledger | None" = None
-        self._live: "Switchboard | None" = None
-        self._lazy = threading.Lock()  # creates the ledger / switchboard once
+        #: the patch ledger of this process
+        self.ledger = Ledger()
+        #: the live features' gates, generation and switch history
+        self.live = Switchboard()
+        #: serialises installs: a pending install settled by two threads (its helper thread, a
+        #: fork, an audit) runs once
+        self._installing = threading.RLock()
         self._states: dict[str, FeatureState] = {}
         self._hooked: set[str] = set()
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
@@ -113,37 +116,6 @@ class Runtime:
         self.on_import_failure: Callable[[BaseException, str], None] | None = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
         self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
-
-    def _once(self, attr: str, make: Callable[[], Any]) -> Any:
-        """``self.<attr>``, set to ``make()`` by the first caller (one object even when threads
-        race for it)."""
-        value = getattr(self, attr)
-        if value is None:
-            with self._lazy:
-                value = getattr(self, attr)
-                if value is None:
-                    value = make()
-                    setattr(self, attr, value)
-        return value
-
-    @property
-    def ledger(self) -> "Ledger":
-        """The patch ledger of this process (``_patch.Ledger``), created on first use."""
-        if self._ledger is not None:
-            return self._ledger
-        from dsv41_flags.patch import Ledger
-
-        return self._once("_ledger", Ledger)
-
-    @property
-    def live(self) -> "Switchboard":
-        """The live features' gates, generation and switch history (``_live.Switchboard``),
-        created on first use."""
-        if self._live is not None:
-            return self._live
-        from dsv41_flags.live import Switchboard
-
-        return self._once("_live", Switchboard)
 
     # ------------------------------------------------------------------ the launch
     @property
@@ -194,7 +166,7 @@ class Runtime:
     def value(self, feature: Feature) -> bool:
         """The flag of ``feature`` now: a live feature's gate once armed, else the resolved value
         (False for a feature unknown to the snapshot)."""
-        gate = self._live.gates.get(feature.name) if self._live is not None else None
+        gate = self.live.gates.get(feature.name)
         if gate is not None:
             return gate.on
         resolved = self.resolution.values.get(feature.flag)
@@ -205,7 +177,7 @@ class Runtime:
         after a live switch ``live switch generation N by WHO (boot: ...)``)."""
         resolved = self.resolution.values.get(feature.flag)
         boot = resolved.source if resolved else "not in snapshot"
-        last = self._live.last(feature.name) if self._live is not None else None
+        last = self.live.last(feature.name)
         if last is not None:
             return f"live switch generation {last.generation} by {last.requested_by} (boot: {boot})"
         return boot
@@ -327,17 +299,36 @@ class Runtime:
                 raise exc
             self.on_import_failure(exc, feature.name)
             return st
-        waiting = st is not None and (st.state.hooked or (feature.live and st.state == State.OFF))
-        if feature.name in self._disarmed or not waiting:  # a live feature off installs bypassed
-            return st
-        self.announce()
         try:
-            return self.install(feature, module)
+            with self._installing:  # once, whichever thread settles it first
+                st = self._states.get(feature.name)
+                if feature.name in self._disarmed or not self._waits(feature, st):
+                    return st
+                self.announce()
+                return self.install(feature, module)
         except DriftError as exc:  # strict: drifted or failed
             if self._arming == threading.get_ident() or self.on_import_failure is None:
                 raise  # to arm() -> activate(), which applies the policy; a runtime built directly
             self.on_import_failure(exc, feature.name)
             return self._states.get(feature.name)
+
+    @staticmethod
+    def _waits(feature: Feature, st: FeatureState | None) -> bool:
+        """Whether the hook of ``feature`` in state ``st`` installs when its target is imported
+        (armed, pending; a live feature off at boot installs bypassed)."""
+        return st is not None and (State(st.state).hooked or (feature.live and st.state == State.OFF))
+
+    def settle(self) -> None:
+        """Install every ``pending`` feature whose target's import (by another thread) has
+        completed, here and now, instead of waiting for the helper thread that watches it: before
+        a fork (the child inherits the patch, never a wait in a thread it does not have) and at an
+        audit. A strict failure follows ``on_import_failure`` as at any import."""
+        for feature in list(self.features.values()):
+            st = self._states.get(feature.name)
+            module = sys.modules.get(feature.target)
+            if st is not None and st.state == State.PENDING and module is not None \
+                    and not initializing(module):
+                self._on_import(feature, module)
 
     def abandon(self, reason: str) -> None:
         """In a child forked while another thread was activating this runtime: every hook it
@@ -346,7 +337,7 @@ class Runtime:
         self.abandoned = reason
         self.pid = os.getpid()
         self.announced = True  # its flags.resolved would claim a launch this process does not run
-        self.context = ProcessContext()
+        self.context.fields.clear()  # the same object: the configured log chain holds it too
         self.context.update(role="child")
 
     def adopt_in_child(self) -> None:
@@ -354,9 +345,9 @@ class Runtime:
         parent's ranks dropped; ``flags.resolved`` emitted again on first use). The child inherits
         the parent's patches and hooks, so states and ledger stay true as they are."""
         self.pid = os.getpid()
-        self._lazy = threading.Lock()  # another thread of the parent may have held it at the fork
+        self._installing = threading.RLock()  # another thread of the parent may have held it
         self.announced = False
-        self.context = ProcessContext()
+        self.context.fields.clear()  # the same object: the configured log chain holds it too
         self.context.update(role="child")
 
     def announce(self) -> None:
@@ -379,9 +370,6 @@ class Runtime:
         traceback and other features go on. A live feature that is off never stops the process
         (nothing was asked of it): its drift or failure is reported and it cannot be switched on.
         """
-        from dsv41_flags.drift import missing_on, version_problem
-        from dsv41_flags.patch import InstallContext
-
         start = time.perf_counter()
         strict = self.strict and self.value(feature)
         try:  # a declaration the checks cannot read (never validated here) fails, reported
@@ -445,15 +433,13 @@ class Runtime:
         With ``name=None`` the framework's own patches (the engine's live-switch RPC) are restored
         too."""
         if name is None:
-            from dsv41_flags.live import BUILTIN
-
             self.ledger.uninstall(BUILTIN)
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
                 self._disarmed.add(feature.name)  # a hook whose target was never imported too
                 kept = self.ledger.uninstall(feature.name)
                 st = self._states.get(feature.name)
-                if st is not None and st.state.hooked and not kept:
+                if st is not None and State(st.state).hooked and not kept:
                     self._set(feature, State.UNINSTALLED,
                               detail="disarmed before its target was imported")
                     continue
@@ -473,14 +459,12 @@ class Runtime:
         nothing. Raises SwitchError (unknown feature, bad value, ``requested_by`` not short text,
         patch not in place here: drifted / failed / fixed-upstream / uninstalled / lost) or
         NotLiveError (declared without ``live=True``), each naming the feature and what to do."""
-        from dsv41_flags.live import SwitchError, check_declared, check_requested_by
-
         check_requested_by(requested_by)
         feature, new = check_declared(self.features, name, value)
         name = feature.name
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
-        if name not in self._hooked or st is None or not st.state.switchable:  # hooked: its patch is or will be in place
+        if name not in self._hooked or st is None or not State(st.state).switchable:  # hooked: in place or will be
             why = f" ({st.detail})" if st is not None and st.detail else ""
             raise SwitchError(
                 f"feature {name!r} is {state} in this process{why}: its patch is not in place here, "
@@ -576,25 +560,27 @@ class Runtime:
         ``pending`` (also while another thread is still importing it); an armed one whose target
         IS imported but was never installed (its hook did not fire) becomes ``missed`` (an error);
         an installed one whose patched attribute no longer holds our replacement becomes
-        ``lost``. Emits ``feature.pending`` / ``feature.missed`` / ``feature.lost``; returns
+        ``lost``. A pending feature whose target's import has completed is installed first
+        (``settle``). Emits ``feature.pending`` / ``feature.missed`` / ``feature.lost``; returns
         ``states()``."""
+        self.settle()
         for feature in self.features.values():
             st = self._states.get(feature.name)
             if st is None:
                 continue
             module = sys.modules.get(feature.target)
-            if st.state.hooked and (module is None or initializing(module)):
+            if State(st.state).hooked and (module is None or initializing(module)):
                 detail = "" if module is None else "its target is still being imported"
                 self._set(feature, State.PENDING, detail=detail)
                 self.log.warning("feature.pending", feature=feature.name, target=feature.target,
                                  **({"reason": detail} if detail else {}))
-            elif st.state.hooked and feature.name not in self._disarmed:
+            elif State(st.state).hooked and feature.name not in self._disarmed:
                 detail = ("its target is imported but the install never ran: the patch is NOT on"
                           + (f" ({self.abandoned})" if self.abandoned else ""))
                 self._set(feature, State.MISSED, detail=detail)
                 self.log.error("feature.missed", feature=feature.name, target=feature.target,
                                reason=detail)
-            elif st.state.patched:
+            elif State(st.state).patched:
                 lost = self._lost(feature)
                 if lost:
                     self._set(feature, State.LOST, detail=", ".join(lost))
@@ -642,8 +628,20 @@ class Runtime:
 
     # ------------------------------------------------------------------ snapshot
     def snapshot(self) -> str:
-        """The ``DSV41_SNAPSHOT`` value handing this launch to children (``_launch.encode``)."""
+        """The ``DSV41_SNAPSHOT`` value handing this launch to children (``snapshot.encode``)."""
         return encode(self.launch)
+
+    def launch_marker(self) -> str:
+        """The ``DSV41_LAUNCH`` value set beside ``DSV41_SNAPSHOT``: ``<launch pid>:<fingerprint
+        digest>``. A process that has it but no snapshot is a child of this launch that did not
+        receive the snapshot (``build`` refuses to pass for the launch silently)."""
+        return f"{self.launch_pid}:{self.fingerprint.digest}"
+
+    def export(self, environ: "dict[str, str] | os._Environ[str]") -> None:
+        """Hand this launch to child processes: ``DSV41_SNAPSHOT`` and ``DSV41_LAUNCH`` in
+        ``environ``. Raises OSError when a large snapshot cannot be spilled to its file."""
+        environ[SNAPSHOT_VAR] = self.snapshot()
+        environ[LAUNCH_VAR] = self.launch_marker()
 
 
 def _static(owner, attr: str):
@@ -681,38 +679,54 @@ def _path_in(module, owner) -> tuple[str, ...] | None:
 def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
           environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None,
           features_dir: Path | None = None, *, use_snapshot: bool = True,
-          configure_logging: bool = True) -> Runtime:
+          configure_logging: bool = True, context: ProcessContext | None = None) -> Runtime:
     """Resolve and build a Runtime without arming anything (used by ``activate`` and the CLI).
 
     With ``use_snapshot`` and a ``DSV41_SNAPSHOT`` (and no explicit files/profile), the launch is
-    decoded from the snapshot (``_launch``: schema, types, re-cast values, installed entry points,
-    feature file digests) and no settings file is read. A refused snapshot: the settings are
-    resolved in this process; in strict mode (of that resolution) SnapshotError is raised, else the
-    runtime is built from the local resolution and ``snapshot_notes`` says why.
+    decoded from the snapshot (``snapshot``: schema, types, re-cast values, installed entry points,
+    feature file digests) and no settings file is read. A refused snapshot, or none in a child of
+    a launch (``DSV41_LAUNCH`` set without it): the settings are resolved in this process; in
+    strict mode (of that resolution) SnapshotError is raised, else the runtime is built from the
+    local resolution and ``snapshot_refused`` says why (``snapshot.refused`` event).
+    ``configure_logging``: structlog is configured before any feature module runs, from the
+    snapshot's or the settings' log format and level, with ``context`` (pid, process, role; the
+    runtime's ``context``) on every line, so a process's log format holds from its first line.
     Raises SettingsError (every problem listed), DeclarationError or SnapshotError.
     """
     environ = os.environ if environ is None else environ
     settings_files = settings_file_list(settings_files)
+    context = context if context is not None else ProcessContext()
     use = use_snapshot and settings_files is None and profile is None
     raw = environ.get(SNAPSHOT_VAR, "") if use else ""
     refused: SnapshotError | None = None
+    if use and not raw and environ.get(LAUNCH_VAR):
+        refused = SnapshotError(
+            f"{SNAPSHOT_VAR} is missing, but {LAUNCH_VAR}={environ[LAUNCH_VAR][:120]!r} says this "
+            f"process is a child of a launch (launching pid and fingerprint): the launch's "
+            f"settings did not reach it (an environment filtered on the way?); pass "
+            f"{SNAPSHOT_VAR} on, or unset {LAUNCH_VAR} to resolve this process on its own")
+
+    def configure_from_snapshot(reserved: Mapping[str, Any], launch_pid: int | None) -> None:
+        context.fields.setdefault("role", "launcher" if launch_pid == os.getpid() else "child")
+        if configure_logging:
+            configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"], context=context)
+
     if raw:
         try:
-            launch, features = read_snapshot(raw)
+            launch, features = read_snapshot(raw, before_feature_code=configure_from_snapshot)
         except SnapshotError as exc:
             refused = exc
         else:
-            if configure_logging:
-                configure(launch.resolution.reserved.get("LOG_FORMAT", "auto"),
-                          launch.resolution.reserved.get("LOG_LEVEL", "info"))
-            rt = Runtime(features, launch, from_snapshot=True)
+            rt = Runtime(features, launch, from_snapshot=True, context=context)
             rt.snapshot_notes = snapshot_differences(launch.env, environ)
             return rt
     if refused is not None:  # the refused text is never read again (Dynaconf would parse it)
         environ = {k: v for k, v in environ.items() if k != SNAPSHOT_VAR}
+    context.fields.setdefault("role", "launcher")
     try:
         features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
-                                                    configure_logging=configure_logging)
+                                                    configure_logging=configure_logging,
+                                                    context=context)
         resolution.raise_for_errors()
     except FlagsError as exc:
         if refused is not None:
@@ -722,16 +736,17 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
     if refused is not None and resolution.strict:
         raise refused
     if argv is None:
-        from dsv41_flags.fingerprint import own_argv
-
         argv = own_argv()
-    from dsv41_flags.fingerprint import compute
-
     fingerprint = compute(resolution, features, argv, environ)
-    rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)))
+    rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)),
+                 context=context)
     if refused is not None:
+        theirs = environ.get(LAUNCH_VAR, "").partition(":")[2]
+        differs = (f"; its fingerprint {fingerprint.digest[:12]}... differs from the launch's "
+                   f"{theirs[:12]}..." if theirs and theirs != fingerprint.digest else "")
         rt.snapshot_refused = (f"{refused}: strict = false, so the settings were resolved in this "
-                               f"process instead (the launch's values may differ from these)")
+                               f"process instead (the launch's values may differ from these"
+                               f"{differs})")
     return rt
 
 
@@ -756,8 +771,6 @@ def settings_file_list(value: Any) -> list[str] | None:
             break
         paths.append(path)
     if items is None:
-        from dsv41_flags.errors import Problem, SettingsError
-
         try:
             shown = repr(value)
         except Exception:
@@ -770,7 +783,8 @@ def settings_file_list(value: Any) -> list[str] | None:
 
 
 def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k.startswith("DSV41_") and k != SNAPSHOT_VAR}
+    return {k: v for k, v in environ.items()
+            if k.startswith(ENV_PREFIX) and k not in (SNAPSHOT_VAR, LAUNCH_VAR)}
 
 
 def snapshot_differences(launch_env: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
@@ -795,14 +809,15 @@ def snapshot_differences(launch_env: Mapping[str, str], environ: Mapping[str, st
 
 def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
                    environ: Mapping[str, str] | None = None, features_dir: Path | None = None, *,
-                   configure_logging: bool = False) -> tuple[tuple[Feature, ...], Resolution, Path]:
+                   configure_logging: bool = False, context: ProcessContext | None = None,
+                   ) -> tuple[tuple[Feature, ...], Resolution, Path]:
     """Find and load the settings files, discover the features, resolve every key.
 
     Returns ``(features, resolution, features_dir)``; value problems and unknown keys are in
     ``resolution.problems`` (not raised). Raises SettingsError for a missing/unreadable settings
     file or an unknown profile, DeclarationError for bad feature declarations.
     """
-    import dsv41_flags.settings as _settings  # the settings loader: only where a launch is resolved (not in children)
+    import dsv41_flags.settings as _settings  # see the note on imports at the top
 
     environ = os.environ if environ is None else environ
     files, _how = _settings.find_settings_files(settings_files, environ)
@@ -810,16 +825,12 @@ def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, pr
     # reserved settings first: logging is configured before any feature module is imported
     reserved = _settings.reserved_settings(settings, environ)
     if configure_logging:
-        configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"])
+        configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"], context=context)
     fdir = features_dir or default_features_dir(reserved, [Path(f) for f in files])
     if reserved.get("FEATURES_DIR") and not fdir.is_dir():
-        from dsv41_flags.errors import Problem, SettingsError
-
         raise SettingsError([Problem("FEATURES_DIR", "settings", f"features_dir {str(fdir)!r} is not a "
                                      f"directory (set by features_dir / DSV41_FEATURES_DIR; relative "
                                      f"paths are taken from the settings file's directory)")])
-    from dsv41_flags.discovery import discover
-
     features = discover(fdir)
     resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes, fdir)
     return features, resolution, fdir

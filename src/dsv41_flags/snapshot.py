@@ -42,9 +42,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
+from dsv41_flags.discovery import discover, feature_entry_points
 from dsv41_flags.errors import Problem, SnapshotError
 from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
@@ -308,13 +309,21 @@ def decode(raw: str) -> dict:
     return data
 
 
-def read(raw: str, *, discover_features=None) -> tuple["Launch", tuple[Feature, ...]]:
+def read(raw: str, *, discover_features=None,
+         before_feature_code: Callable[[Mapping[str, Any], int | None], None] | None = None,
+         ) -> tuple["Launch", tuple[Feature, ...]]:
     """``materialize(decode(raw))`` with one failure type: ANY exception while decoding or
     materialising (a digit limit, a recursion limit, an OS error, a feature module that raises)
     becomes SnapshotError naming it, so the caller's non-strict fallback to local resolution
-    always applies. KeyboardInterrupt / SystemExit pass through."""
+    always applies. KeyboardInterrupt / SystemExit pass through.
+    ``before_feature_code(reserved, launch_pid)``: called once the value is decoded and its
+    reserved settings are checked (``reserved``: key -> typed value, ``LOG_FORMAT`` ...), before
+    any feature module runs (the caller configures logging there)."""
     try:
-        return materialize(decode(raw), discover_features=discover_features)
+        data = decode(raw)
+        if before_feature_code is not None:
+            before_feature_code(_reserved(data["resolution"]["reserved"]), data["pid"])
+        return materialize(data, discover_features=discover_features)
     except SnapshotError:
         raise
     except Exception as exc:
@@ -324,8 +333,6 @@ def read(raw: str, *, discover_features=None) -> tuple["Launch", tuple[Feature, 
 # -------------------------------------------------------------------------- materialize
 def installed_entry_points() -> set[tuple[str, str]]:
     """``(name, value)`` of every entry point the installed distributions declare in the group."""
-    from dsv41_flags.discovery import feature_entry_points
-
     return set(feature_entry_points())
 
 
@@ -409,8 +416,6 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     feature's declared type and bounds; every key of every loaded feature must be present and no
     other. Raises SnapshotError (DeclarationError from a feature module that fails to import).
     """
-    from dsv41_flags.discovery import discover
-
     discover_features = discover_features or discover
     eps = _pairs(data["entry_points"], "snapshot.entry_points")
     unknown = sorted(set(eps) - installed_entry_points()) if eps else []  # scan only when needed

@@ -15,8 +15,10 @@ the real thing in-process and puts everything back afterwards::
 values are handed over as ``DSV41_*`` variables (their text cast by the same rules as in a
 launch), the features are discovered from ``features_dir``, ``flags.resolved`` is emitted and the
 armed features are hooked. At teardown every patch is uninstalled (hooks of targets never
-imported are disarmed), ``os.environ``, structlog's configuration, the process runtime and the
-feature modules in ``sys.modules`` are restored.
+imported are disarmed), ``os.environ``, structlog's configuration, the process runtime with every
+attribute its own patches hold (a test inside an active process, e.g. under ``dsv41-flags run --
+pytest``, leaves the process's patches on) and the feature modules in ``sys.modules`` are
+restored.
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ from structlog.testing import LogCapture
 
 import dsv41_flags
 import dsv41_flags.activation as _activation
-from dsv41_flags.declare import ENV_PREFIX
 from dsv41_flags.discovery import PACKAGE
+from dsv41_flags.names import ENV_PREFIX
 from dsv41_flags.runtime import FeatureState, Runtime
 
 __all__ = ["FlagsKit", "dsv41_flags_runtime"]
@@ -136,7 +138,12 @@ class FlagsKit:
 
     # ------------------------------------------------------------------ restore
     def _save(self) -> None:
+        process = _activation.process_state()[0]
         self._saved = {
+            # (owner, attr, had its own attribute, value) of every patch of the process's runtime
+            "patched": [(r.owner, r.attr, r.attr in getattr(r.owner, "__dict__", {}),
+                         getattr(r.owner, "__dict__", {}).get(r.attr))
+                        for r in (process.ledger.records() if process is not None else ())],
             "environ": dict(os.environ),
             "structlog": structlog.get_config(),
             "structlog_configured": structlog.is_configured(),
@@ -146,7 +153,8 @@ class FlagsKit:
 
     def restore(self) -> None:
         """Uninstall every patch, then put back os.environ, structlog's configuration, the process
-        runtime and ``sys.modules``' feature modules as they were before ``activate``."""
+        runtime and the attributes its patches hold, and ``sys.modules``' feature modules as they
+        were before ``activate``."""
         saved, self._saved = self._saved, None
         if saved is None:
             return
@@ -165,6 +173,9 @@ class FlagsKit:
             else:
                 structlog.reset_defaults()
             _activation.set_process_state(saved["process_state"])
+            for owner, attr, had_own, value in saved["patched"]:
+                if had_own and getattr(owner, "__dict__", {}).get(attr) is not value:
+                    setattr(owner, attr, value)
             for name in [k for k in sys.modules if (k == PACKAGE or k.startswith(PACKAGE + "."))
                          and k not in saved["modules"]]:
                 del sys.modules[name]

@@ -106,51 +106,6 @@ def test_an_unvalidated_declaration_that_the_drift_check_cannot_read_is_a_report
         strict.install(bad["requires"], module)
 
 
-# ------------------------ kind 2: a fork while another thread is importing a room for the first time
-FORK_MID_IMPORT = r"""
-import os, signal, sys, threading, time
-import dsv41_flags
-room = sys.argv[1]
-started = threading.Event()
-
-def slow(frame, event, arg):  # the room's module code is running: hold it there a while
-    if event == "call" and frame.f_code.co_name == "<module>" and \
-            frame.f_code.co_filename.endswith(room.rsplit(".", 1)[1] + ".py"):
-        started.set()
-        time.sleep(1.0)
-    return None
-
-def importer():
-    sys.settrace(slow)
-    __import__(room)
-
-t = threading.Thread(target=importer)
-t.start()
-assert started.wait(30)
-pid = os.fork()
-if pid == 0:
-    signal.alarm(8)  # a hang is killed (SIGALRM) and shows as status 14
-    __import__(room)
-    os._exit(0 if hasattr(sys.modules[room], "__file__") else 5)
-_, status = os.waitpid(pid, 0)
-t.join()
-print(os.waitstatus_to_exitcode(status))
-"""
-
-
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
-@pytest.mark.parametrize("room", ["dsv41_flags.patch", "dsv41_flags.drift", "dsv41_flags.live",
-                                  "dsv41_flags.cache_keeping"])
-def test_a_fork_while_another_thread_first_imports_a_room_does_not_hang_the_child(room):
-    """Rooms are imported where first used, so in any thread at any time (a target's import in a
-    worker thread). A child forked while another thread is inside such an import inherits a held
-    module lock that no thread of the child will release: its own import of that room hung."""
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", FORK_MID_IMPORT, room],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "0", (proc.stdout, proc.stderr)
-
-
 # ------------------------------- kind 3: objects created where first used, by two threads at once
 def test_a_live_gate_created_by_two_threads_at_once_is_one_gate(monkeypatch):
     """The switchboard's gates are created where first used (a target's install in one thread, a

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from dsv41_flags.runtime import build
-from dsv41_flags.names import SNAPSHOT_VAR
+from dsv41_flags.names import LAUNCH_VAR, SNAPSHOT_VAR
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 #: how long ``interpreter_problem`` waits for ``<python> -c "import dsv41_flags"``
@@ -33,13 +33,14 @@ def prepare(settings_files=None, profile=None, argv: Sequence[str] = (), environ
     """Resolve this launch once, here, with the command's argv for the fingerprint.
 
     Returns ``(runtime, env)``: the runtime (not armed) and the environment for the command: the
-    snapshot of this launch and the bootstrap directory first on PYTHONPATH (``python_path``).
+    snapshot of this launch with its marker (``Runtime.export``) and the bootstrap directory first on PYTHONPATH (``python_path``).
     Raises SettingsError / DeclarationError before anything is started."""
     env = dict(os.environ if environ is None else environ)
     env.pop(SNAPSHOT_VAR, None)
+    env.pop(LAUNCH_VAR, None)
     rt = build(settings_files, profile, environ=env, argv=list(argv), use_snapshot=False,
                configure_logging=False)
-    env[SNAPSHOT_VAR] = rt.snapshot()
+    rt.export(env)
     env["PYTHONPATH"] = python_path(env.get("PYTHONPATH"))
     return rt, env
 

@@ -1,0 +1,55 @@
+"""The pytest kit inside an active process (``dsv41-flags run -- python -m pytest``): a test using
+``dsv41_flags_runtime`` leaves the process's own runtime AND its patches as they were."""
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+import dsv41_flags.activation as activation
+from dsv41_flags.testing import FlagsKit
+
+FIX = """
+from dsv41_flags import Feature
+def install(module, ctx):
+    ctx.patch(module, "f", lambda orig: (lambda: {value!r}))
+FEATURE = Feature(name={name!r}, target={target!r}, install=install, summary="s", engine="",
+                  after={after})
+"""
+
+
+@pytest.mark.parametrize("kit_feature", ["the process's own feature", "another feature on top"])
+def test_the_kit_puts_back_the_process_patches(tmp_path, monkeypatch, make_runtime, kit_feature):
+    target = f"kit_target_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{target}.py").write_text("def f():\n    return 'stock'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    (feats / "proc_fix.py").write_text(FIX.format(name="proc_fix", target=target, value="process",
+                                                  after=()))
+    (feats / "kit_fix.py").write_text(FIX.format(name="kit_fix", target=target, value="kit",
+                                                 after=("proc_fix",)))
+    process = make_runtime("[default]\nproc_fix = true\n", features_dir=feats)
+    saved = activation.process_state()
+    activation.set_process_state((process, None))
+    try:
+        process.arm()
+        module = __import__(target)
+        assert module.f() == "process"  # test A: the process's patch
+        kit = FlagsKit(tmp_path / "kit")  # test B: the kit
+        (tmp_path / "kit").mkdir()
+        flags = {"proc_fix": True} if kit_feature.startswith("the process") else \
+            {"proc_fix": True, "kit_fix": True}
+        try:
+            kit.activate(flags, features_dir=feats)
+            assert kit.runtime is not process and kit.state("proc_fix") == "installed"
+        finally:
+            kit.restore()
+        # test C: the process as test A left it
+        assert activation.current_runtime() is process
+        assert module.f() == "process"
+        assert [s.state for s in process.audit()] == ["installed", "off"]
+    finally:
+        activation.set_process_state(saved)
+        process.uninstall()
+        sys.modules.pop(target, None)
