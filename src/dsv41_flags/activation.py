@@ -53,7 +53,7 @@ def activate(settings_files: str | os.PathLike | Sequence[str | os.PathLike] | N
     Once per process and thread-safe: a second call (any thread) returns the same runtime
     (arguments given to it are ignored, with an ``activate.arguments_ignored`` warning).
     settings_files: a settings file path (str or os.PathLike) or a list of them (default None:
-    the usual search, see ``_settings``); profile: profile
+    the usual search, see ``settings``); profile: profile
     name (default ``DSV41_ENV``, else ``default``); role: process role added to every event
     (default ``launcher`` in the process that resolved the launch, else ``child``); context: more
     fields for every event from the first one on (``tp_rank``, ``pp_rank``, ...); export: hand the

@@ -191,7 +191,7 @@ class Feature:
     @property
     def engine_requirement(self) -> "EngineRange":
         """The parsed ``engine`` range (distribution ``name`` + ``specifier``). Raises ValueError /
-        packaging's InvalidSpecifier for a range that was never checked (see ``_requires``);
+        packaging's InvalidSpecifier for a range that was never checked (see ``requires``);
         ValueError for None (the engine adapter's range, not filled in by discovery)."""
         if self.engine is None:
             raise ValueError("engine range not filled in: the engine adapter's range is filled in "

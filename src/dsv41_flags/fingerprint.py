@@ -53,16 +53,6 @@ class Fingerprint(NamedTuple):
     excluded: Mapping[str, str]
     included: Mapping[str, str] = EMPTY
 
-    def to_dict(self) -> dict:
-        """JSON-ready dict (``digest``, ``payload``, ``excluded``) for the snapshot; ``included``
-        (explanations only, one per key of the payload) stays out to keep the snapshot small."""
-        return {"digest": self.digest, "payload": dict(self.payload), "excluded": dict(self.excluded)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Fingerprint":
-        """Inverse of ``to_dict``. Raises KeyError when ``digest`` or ``payload`` is missing."""
-        return cls(d["digest"], d["payload"], d.get("excluded", {}), d.get("included", {}))
-
 
 _HEX_DIGITS = frozenset("0123456789abcdef")
 

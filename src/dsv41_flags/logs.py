@@ -4,7 +4,7 @@ Configured once per process (by ``activate``), before any feature module is impo
 when stderr is not a terminal, structlog's console renderer when it is. If the host application
 already configured structlog, its configuration is kept and our events go through it.
 
-Logging never breaks the host (issue 13, inputs 9 and 10):
+Logging never breaks the host:
 
 * every line goes to the stream that is ``sys.stderr`` *at write time* (``StderrLogger``): a host
   that replaces ``sys.stderr`` after activation is honoured;
@@ -167,10 +167,10 @@ class StderrLogger:
     (a full pipe: ``BlockingIOError`` swallowed, partial writes). A full non-blocking descriptor
     is retried for at most ``WRITE_RETRY_S`` in all (not at all while the previous line found it
     still full, so a stalled reader costs one wait, not one per line); bytes still unwritten then
-    are a lost line, counted (kind ``write``) and reported once by the next ``log.errors`` event
-    (issue 16); a line cut after its first bytes is followed by a newline first. A
-    blocking descriptor blocks as any write to it does. Any other stream (a test's ``StringIO``,
-    a host's wrapper of ``sys.stderr``) gets ``write`` and ``flush``."""
+    are a lost line, counted (kind ``write``) and reported once by the next ``log.errors``
+    event; a line cut after its first bytes is followed by a newline first. A blocking
+    descriptor blocks as any write to it does. Any other stream (a test's ``StringIO``, a host's
+    wrapper of ``sys.stderr``) gets ``write`` and ``flush``."""
 
     def __init__(self, stream: Callable[[], Any] | None = None) -> None:
         self._stream = stream or (lambda: sys.stderr)
@@ -466,7 +466,7 @@ def get_logger(context: ProcessContext | None = None, *, report: bool = True, **
     ``flags.error``, ...): no level filter applies, neither ``log_level`` nor a host's filtering
     wrapper class or ``filter_by_level`` processor: the configured processors (renderer, and
     ``capture_logs``) still see every event, so every process says which patches are on whatever
-    the level (issue 16). report=False (a feature's own events, ``ctx.log``): the configured
+    the level. report=False (a feature's own events, ``ctx.log``): the configured
     wrapper class filters as configured (``log_level``)."""
     if report:
         wrapper, chain = _safe_wrapper(_UNFILTERED), _ReportChain(context or _context_only)

@@ -1,9 +1,10 @@
 """The resolution value: per key its typed value, its source and the chain of every value that
 was set for it (``Resolved``), and the whole result of reading settings (``Resolution``).
 
-Produced by the settings loader (``_settings``, in the process that resolves a launch) and read
-back from the snapshot by children (``_launch``): this module imports neither Dynaconf nor a TOML
-parser, so a child that activates from the snapshot imports no settings machinery.
+Produced by the settings loader (``settings``, in the process that resolves a launch) and read
+back from the snapshot by children (``snapshot``, which holds their JSON codec): this module
+imports neither Dynaconf nor a TOML parser, so a child that activates from the snapshot imports no
+settings machinery.
 """
 
 from types import MappingProxyType
@@ -33,19 +34,6 @@ class Resolved(NamedTuple):
     value: Any
     source: str
     chain: tuple[tuple[str, Any], ...]
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict (tuples as lists)."""
-        return {"key": self.key, "feature": self.feature, "option": self.option,
-                "value": _jsonable(self.value), "source": self.source,
-                "chain": [[s, _jsonable(v)] for s, v in self.chain]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Resolved":
-        """Inverse of to_dict."""
-        value = d["value"]
-        return cls(d["key"], d["feature"], d["option"], tuple(value) if isinstance(value, list) else value,
-                   d["source"], tuple((s, v) for s, v in d["chain"]))
 
 
 class Resolution(NamedTuple):
@@ -89,35 +77,14 @@ class Resolution(NamedTuple):
         """The resolved flag value of ``feature``."""
         return bool(self.values[feature.flag].value)
 
-    def options_of(self, feature: "Feature") -> dict[str, Any]:
-        """Option name -> resolved value for ``feature``."""
-        return {o.name: self.values[feature.option_key(o)].value for o in feature.options}
-
     def raise_for_errors(self) -> None:
         """Raise SettingsError listing every error problem, if any."""
         if self.errors:
             raise SettingsError(list(self.errors))
 
-    def to_dict(self) -> dict:
-        """JSON-ready form (used for the snapshot)."""
-        return {"profile": self.profile, "profiles": list(self.profiles), "files": list(self.files),
-                "values": {k: v.to_dict() for k, v in self.values.items()},
-                "reserved": {k: _jsonable(v) for k, v in self.reserved.items()},
-                "volatile_sources": dict(self.volatile_sources),
-                "problems": [[p.key, p.origin, p.message, p.severity] for p in self.problems],
-                "notes": list(self.notes)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "Resolution":
-        """Inverse of to_dict."""
-        return cls(profile=d["profile"], profiles=tuple(d["profiles"]), files=tuple(d["files"]),
-                   values={k: Resolved.from_dict(v) for k, v in d["values"].items()},
-                   reserved=d["reserved"], volatile_sources=d.get("volatile_sources", {}),
-                   problems=tuple(Problem(*p) for p in d.get("problems", ())),
-                   notes=tuple(d.get("notes", ())))
-
 
 def _jsonable(value: Any) -> Any:
+    """``value`` with every tuple as a list, recursively (JSON-ready)."""
     if isinstance(value, tuple):
         return [_jsonable(v) for v in value]
     if isinstance(value, dict):

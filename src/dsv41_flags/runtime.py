@@ -153,7 +153,7 @@ class Runtime:
     def log(self):
         """The framework logger of the report events: this runtime's ``context`` is added to
         every event by a processor (pid, process, role, ranks as they are when the event is
-        emitted); it never raises and no level filter silences it (see ``_events.get_logger``);
+        emitted); it never raises and no level filter silences it (see ``logs.get_logger``);
         features log through ``ctx.log``, which ``log_level`` filters."""
         return get_logger(self.context)
 
@@ -239,7 +239,7 @@ class Runtime:
         Raises DriftError in strict mode when an install that fires at once drifts or fails. A
         feature is ``armed`` only once its hook is registered; a target that another thread is
         still importing is ``pending`` until that import completes (then it installs: see
-        ``_hooks``)."""
+        ``hooks``)."""
         self._arming = threading.get_ident()
         try:
             self._arm()

@@ -6,8 +6,10 @@ the fingerprint, the feature set (the features directory with a sha256 of every 
 was imported, and the entry points that were loaded) and the launch facts (pid and ``DSV41_*``
 variables of the launching process).
 
-``encode`` is the only writer and ``decode`` + ``materialize`` the only reader. The reader treats
-the variable as untrusted text:
+This module is the whole codec, both directions: ``encode`` is the only writer (``Launch.to_dict``
+and the ``*_to_dict`` functions of its records), ``decode`` + ``materialize`` the only reader
+(``Launch.from_dict`` and the ``*_from_dict`` functions). The reader treats the variable as
+untrusted text:
 
 * schema: version, keys and JSON types are checked (``SnapshotError`` naming the path, never a
   KeyError);
@@ -32,7 +34,7 @@ stale or damaged value, ill-typed values; the fingerprint digest is recomputed f
 not authenticity: its features directory, file digests and fingerprint all come from the same
 variable. Within that it can only choose among values the declarations accept and code that the
 installed distributions or regular files directly in its features directory already are. Every
-file is read with ``_files.read_regular`` (never blocks, size-capped) and any failure while
+file is read with ``files.read_regular`` (never blocks, size-capped) and any failure while
 reading it is a SnapshotError (``read``).
 """
 
@@ -50,10 +52,10 @@ from dsv41_flags.errors import Problem, SnapshotError
 from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
 from dsv41_flags.names import RESERVED_TYPES, SNAPSHOT_VAR
-from dsv41_flags.resolution import EMPTY, Resolution, Resolved
+from dsv41_flags.resolution import EMPTY, Resolution, Resolved, _jsonable
 from dsv41_flags.values import CastError, cast, cast_bool
 
-VERSION = 3  # 3: declarations (issue 11 review)
+VERSION = 3
 #: above this many bytes the encoded launch is spilled to a private file (Linux: 128 KiB per string)
 SPILL_BYTES = 32 * 1024
 FILE_PREFIX = "file:"
@@ -93,11 +95,102 @@ class Launch(NamedTuple):
     def to_dict(self) -> dict:
         """JSON-ready form (schema version ``VERSION``)."""
         return {"v": VERSION, "pid": self.pid, "env": dict(self.env),
-                "resolution": self.resolution.to_dict(), "fingerprint": self.fingerprint.to_dict(),
+                "resolution": resolution_to_dict(self.resolution),
+                "fingerprint": fingerprint_to_dict(self.fingerprint),
                 "features_dir": self.features_dir,
                 "feature_files": [list(p) for p in self.feature_files],
                 "entry_points": [list(p) for p in self.entry_points],
                 "declarations": {n: dict(d) for n, d in self.declarations.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping, features: Sequence[Feature],
+                  sources: Mapping[Path, bytes]) -> "Launch":
+        """Inverse of ``to_dict`` for a ``decode``-checked dict whose code was loaded:
+        ``features`` (built from the verified code) and ``sources`` (path -> the verified bytes of
+        each feature file). Every value is re-cast through its feature's declared type and bounds
+        (``resolution_from_dict``). Raises SnapshotError."""
+        return cls(resolution_from_dict(data["resolution"], features),
+                   fingerprint_from_dict(data["fingerprint"]), data["features_dir"],
+                   tuple(sorted((str(p), sha256_bytes(b)) for p, b in sources.items())),
+                   tuple(sorted(_pairs(data["entry_points"], "snapshot.entry_points"))),
+                   data["pid"], dict(data["env"]), declarations_of(features))
+
+
+# --------------------------------------------------------------- the records, both directions
+def resolved_to_dict(resolved: Resolved) -> dict:
+    """JSON-ready dict of one resolved key (tuples as lists)."""
+    return {"key": resolved.key, "feature": resolved.feature, "option": resolved.option,
+            "value": _jsonable(resolved.value), "source": resolved.source,
+            "chain": [[s, _jsonable(v)] for s, v in resolved.chain]}
+
+
+def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
+    """Inverse of ``resolved_to_dict`` for ``key`` of ``feature``: the value re-cast through the
+    feature's declared type and bounds. Raises SnapshotError naming the key and what is wrong."""
+    where = f"snapshot value {key}={_short(entry['value'])}"
+    keys = feature.keys()
+    if key not in keys:
+        raise _fail(f"{where}: feature {feature.name!r} owns no key {key}")
+    option = keys[key]
+    if entry["feature"] != feature.name or entry["option"] != (option.name if option else None):
+        raise _fail(f"{where}: labelled feature={entry['feature']!r} option={entry['option']!r}, but "
+                    f"the key belongs to feature {feature.name!r}"
+                    + (f" option {option.name!r}" if option else " (its flag)"))
+    try:
+        value = cast_bool(entry["value"]) if option is None else option.cast(entry["value"])
+    except CastError as exc:
+        raise _fail(f"{where} is not a valid value for "
+                    + (f"flag {key}" if option is None else f"{option.kind} option {key}")
+                    + f"; accepted: {exc.accepted}") from None
+    chain = tuple((s, tuple(v) if isinstance(v, list) else v) for s, v in entry["chain"])
+    return Resolved(key, feature.name, option.name if option else None, value, entry["source"], chain)
+
+
+def resolution_to_dict(resolution: Resolution) -> dict:
+    """JSON-ready form of a resolution (``reserved_values`` stays out: ``explain`` only)."""
+    return {"profile": resolution.profile, "profiles": list(resolution.profiles),
+            "files": list(resolution.files),
+            "values": {k: resolved_to_dict(v) for k, v in resolution.values.items()},
+            "reserved": {k: _jsonable(v) for k, v in resolution.reserved.items()},
+            "volatile_sources": dict(resolution.volatile_sources),
+            "problems": [[p.key, p.origin, p.message, p.severity] for p in resolution.problems],
+            "notes": list(resolution.notes)}
+
+
+def resolution_from_dict(res: Mapping, features: Sequence[Feature]) -> Resolution:
+    """Inverse of ``resolution_to_dict`` for a ``decode``-checked dict: every key must belong to
+    one of ``features`` (re-cast by ``resolved_from_dict``) and every key of them be present;
+    reserved settings re-cast by their declared types. Raises SnapshotError."""
+    by_key = {k: f for f in features for k in f.keys()}
+    values: dict[str, Resolved] = {}
+    for key, entry in res["values"].items():
+        feature = by_key.get(key)
+        if feature is None:
+            raise _fail(f"key {key} belongs to no feature of the launch "
+                        f"({', '.join(sorted(f.name for f in features)) or 'none'})")
+        values[key] = resolved_from_dict(key, entry, feature)
+    missing = sorted(set(by_key) - set(values))
+    if missing:
+        raise _fail(f"no value for key(s) {', '.join(missing)} of the launch's features")
+    return Resolution(
+        profile=res["profile"], profiles=tuple(res["profiles"]), files=tuple(res["files"]),
+        values=values, reserved=_reserved(res["reserved"]),
+        volatile_sources=dict(res.get("volatile_sources", {})),
+        problems=tuple(Problem(*p) for p in res.get("problems", [])),
+        notes=tuple(res.get("notes", [])))
+
+
+def fingerprint_to_dict(fingerprint: Fingerprint) -> dict:
+    """JSON-ready form (``digest``, ``payload``, ``excluded``); ``included`` (explanations only,
+    one per key of the payload) stays out to keep the snapshot small."""
+    return {"digest": fingerprint.digest, "payload": dict(fingerprint.payload),
+            "excluded": dict(fingerprint.excluded)}
+
+
+def fingerprint_from_dict(d: Mapping) -> Fingerprint:
+    """Inverse of ``fingerprint_to_dict`` for a ``decode``-checked dict (its digest was checked
+    against its payload there)."""
+    return Fingerprint(d["digest"], d["payload"], d.get("excluded", {}))
 
 
 def declaration_of(feature: Feature) -> dict[str, str]:
@@ -361,26 +454,6 @@ def verified_sources(data: Mapping) -> dict[Path, bytes]:
     return out
 
 
-def _recast(key: str, entry: Mapping, feature: Feature) -> Resolved:
-    where = f"snapshot value {key}={_short(entry['value'])}"
-    keys = feature.keys()
-    if key not in keys:
-        raise _fail(f"{where}: feature {feature.name!r} owns no key {key}")
-    option = keys[key]
-    if entry["feature"] != feature.name or entry["option"] != (option.name if option else None):
-        raise _fail(f"{where}: labelled feature={entry['feature']!r} option={entry['option']!r}, but "
-                    f"the key belongs to feature {feature.name!r}"
-                    + (f" option {option.name!r}" if option else " (its flag)"))
-    try:
-        value = cast_bool(entry["value"]) if option is None else option.cast(entry["value"])
-    except CastError as exc:
-        raise _fail(f"{where} is not a valid value for "
-                    + (f"flag {key}" if option is None else f"{option.kind} option {key}")
-                    + f"; accepted: {exc.accepted}") from None
-    chain = tuple((s, tuple(v) if isinstance(v, list) else v) for s, v in entry["chain"])
-    return Resolved(key, feature.name, option.name if option else None, value, entry["source"], chain)
-
-
 def _reserved(reserved: Mapping) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, (kind, _default, choices) in RESERVED_TYPES.items():
@@ -427,35 +500,12 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     fdir = Path(data["features_dir"]) if data["features_dir"] else None
     features = discover_features(fdir, entry_points=eps, sources=sources)
     _same_declarations(features, data["declarations"])
-    res = data["resolution"]
-    by_key = {k: f for f in features for k in f.keys()}
-    values: dict[str, Resolved] = {}
-    for key, entry in res["values"].items():
-        feature = by_key.get(key)
-        if feature is None:
-            raise _fail(f"key {key} belongs to no feature of the launch "
-                        f"({', '.join(sorted(f.name for f in features)) or 'none'})")
-        values[key] = _recast(key, entry, feature)
-    missing = sorted(set(by_key) - set(values))
-    if missing:
-        raise _fail(f"no value for key(s) {', '.join(missing)} of the launch's features")
-    resolution = Resolution(
-        profile=res["profile"], profiles=tuple(res["profiles"]), files=tuple(res["files"]),
-        values=values, reserved=_reserved(res["reserved"]),
-        volatile_sources=dict(res.get("volatile_sources", {})),
-        problems=tuple(Problem(*p) for p in res.get("problems", [])),
-        notes=tuple(res.get("notes", [])))
-    fp = data["fingerprint"]
-    fingerprint = Fingerprint(fp["digest"], fp["payload"], fp.get("excluded", {}))
-    launch = Launch(resolution, fingerprint, data["features_dir"],
-                    tuple(sorted((str(p), sha256_bytes(b)) for p, b in sources.items())),
-                    tuple(sorted(eps)), data["pid"], dict(data["env"]), declarations_of(features))
-    return launch, features
+    return Launch.from_dict(data, features, sources), features
 
 
 def _same_declarations(features: Sequence[Feature], recorded: Mapping[str, Mapping[str, str]]) -> None:
-    """Refuse (SnapshotError) unless ``features`` (built here from the verified code, without
-    re-validation) declare exactly what the launch checked: the same features, field by field.
+    """Refuse (SnapshotError) unless ``features`` (built here from the verified code) declare
+    exactly what the launch checked: the same features, field by field.
     The message names each field that differs, with its value here and in the launch."""
     here = {f.name: f for f in features}
     where = {f.name: f.source or ":".join(f.entry_point) or "?" for f in features}

@@ -20,7 +20,7 @@ from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.names import RESERVED, suggest
 from dsv41_flags.fingerprint import compute, prefix_sources
-from dsv41_flags.snapshot import Launch
+from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.runtime import Runtime, resolve_launch
 from dsv41_flags.resolution import _jsonable
 from dsv41_flags.state import blocks_boot
@@ -400,7 +400,7 @@ def _explained(resolved, kind: str, caster) -> dict:
         if layer["valid"] and layer["source"] == resolved.source:
             layer["wins"] = True
             break
-    return {**resolved.to_dict(), "layers": layers}
+    return {**resolved_to_dict(resolved), "layers": layers}
 
 
 @app.command(short_help="The launch fingerprint; --diff against a sidecar.",

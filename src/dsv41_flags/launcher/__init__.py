@@ -163,7 +163,7 @@ def bootstrap_bypass(argv: Sequence[str], env: Mapping[str, str] | None = None) 
     """Why the Python command ``argv`` would run without the bootstrap (unpatched and silent), or
     None. An interpreter option in ``BYPASS_OPTIONS`` (``-E``, ``-I``, ``-S``, also joined: ``-Es``,
     ``-IS``) given on the command line, or on the interpreter line of a script run directly
-    (``#!/usr/bin/python3 -I``). Issue 16: ``dsv41-flags run -- python -I r.py`` ran unpatched."""
+    (``#!/usr/bin/python3 -I``)."""
     env = os.environ if env is None else env
     for where, words in (("", list(argv)), ("the interpreter line of ", None)):
         if words is None:

@@ -83,7 +83,7 @@ def _chain():
 
 
 def _activate():
-    """Activation and error policy live in the package (``_activation.bootstrap``): a failure is a
+    """Activation and error policy live in the package (``dsv41_flags.activation.bootstrap``): a failure is a
     ``flags.error`` event and, in strict mode, exit status 3 before the program runs."""
     try:
         import dsv41_flags.activation as _activation
