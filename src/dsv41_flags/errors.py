@@ -1,7 +1,5 @@
 """Exception classes. Every message names the offending feature, key, value and origin."""
 
-import os
-import sys
 from typing import NamedTuple
 
 

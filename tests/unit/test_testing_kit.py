@@ -1,7 +1,6 @@
 """The pytest kit inside an active process (``dsv41-flags run -- python -m pytest``): a test using
 ``dsv41_flags_runtime`` leaves the process's own runtime AND its patches as they were."""
 import sys
-import textwrap
 import uuid
 
 import pytest
