@@ -24,10 +24,11 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("resolution", {"fingerprint"}),
     ("features", {"discovery", "drift", "snapshot"}),
     ("hooks", {"hooks"}),
-    ("install", {"live", "patch", "runtime", "rank_guard"}),
+    ("install", {"wrappers", "live", "patch", "runtime", "rank_guard"}),
     ("events", {"status", "activation"}),
     ("public API", {""}),
-    ("edges", {"engines.sglang", "launcher", "launcher.bootstrap.sitecustomize", "upgrade_gate",
+    ("edges", {"engines.sglang", "engines.sglang.facts", "engines.sglang.processes",
+               "engines.sglang.rpc", "engines.sglang.http", "launcher", "launcher.bootstrap.sitecustomize", "upgrade_gate",
                "upgrade_gate.sources", "upgrade_gate.releases", "upgrade_gate.static_check",
                "upgrade_gate.matrix", "cache_keeping", "testing", "cli", "cli.remote"}),
 ]

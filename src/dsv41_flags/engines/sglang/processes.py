@@ -210,7 +210,9 @@ def _failure_reason() -> str:
 
 
 def _adapter():
-    """This room's ``EngineAdapter`` (built by the package, which imports this module first)."""
-    from dsv41_flags.engines.sglang import ADAPTER
+    """This room's ``EngineAdapter``: the installed engine adapter (``engines.adapter()``), which
+    is this room's whenever sglang's plugin loader runs it (the package imports this module first,
+    so it is not imported back from here: no import cycle)."""
+    from dsv41_flags.engines import adapter
 
-    return ADAPTER
+    return adapter()
