@@ -95,3 +95,14 @@ def test_readme_feature_passes_the_drift_check(tmp_path, monkeypatch):
     data = json.loads(result.stdout)
     rows = {row["feature"]: row for row in data["features"]}
     assert rows[Path(name).stem]["ok"], rows[Path(name).stem]
+
+
+def test_the_architecture_page_names_modules_that_exist():
+    """Every module or folder the architecture page names (``snapshot.py``, ``engines/sglang/``)
+    is where it says: src/dsv41_flags/, else src/, else the repository."""
+    text = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    names = set(re.findall(r"`((?:[\w.]+/)*[\w.]*\w\.py|(?:[\w.]+/)+)`", text))
+    assert {"snapshot.py", "state.py", "engines/sglang/facts.py", "cli/"} <= names
+    missing = [n for n in sorted(names)
+               if not any((base / n).exists() for base in (REPO / "src" / "dsv41_flags", REPO / "src", REPO))]
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
