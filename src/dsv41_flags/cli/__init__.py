@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-from rich.console import Console
 from typer.core import TyperArgument, TyperGroup
 
+from dsv41_flags.cli.output import console, err, out, safe
 from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.names import RESERVED, suggest
@@ -50,8 +50,6 @@ class _PlainGroup(TyperGroup):
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_PlainGroup,
                   context_settings={"help_option_names": ["-h", "--help"]})
 
-out = Console(soft_wrap=True, markup=False)
-err = Console(stderr=True, soft_wrap=True, markup=False)
 
 
 def _version(value: bool) -> None:
@@ -118,6 +116,12 @@ def _value(resolution, key):
 
 
 UrlOpt = typer.Option(None, "--url", metavar="URL", help="a running engine server, http://HOST:PORT")
+ApiKeyOpt = typer.Option(None, "--api-key", metavar="KEY", envvar="DSV41_API_KEY", show_default=False,
+                         help="the server's admin key (its --admin-api-key; its --api-key when it "
+                              "has none), sent as a bearer key; default DSV41_API_KEY (out of shell "
+                              "history). Never printed.")
+TimeoutOpt = typer.Option(65.0, "--timeout", metavar="SECONDS", min=0.1, max=3600.0,
+                          help="one deadline for the whole call to the server (connect and read)")
 
 
 @app.command(short_help="What a boot would arm, with every value and its source.",
@@ -125,7 +129,8 @@ UrlOpt = typer.Option(None, "--url", metavar="URL", help="a running engine serve
              options_metavar="[OPTIONS] [-- CMD [ARGS]...]")
 def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
            profile: Optional[str] = ProfileOpt, as_json: bool = JsonOpt,
-           url: Optional[str] = UrlOpt) -> None:
+           url: Optional[str] = UrlOpt, api_key: Optional[str] = ApiKeyOpt,
+           timeout: float = TimeoutOpt) -> None:
     """Profile, settings files loaded, each feature (flag value and source, every option's value
     and source, state, target, version range, whether its target and required names exist in the
     installed engine), fingerprint.
@@ -142,7 +147,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     if url:
         from dsv41_flags.cli.remote import remote_status
 
-        remote_status(url, as_json, out, err, _emit_json)
+        remote_status(url, as_json, _emit_json, api_key=api_key, timeout_s=timeout)
         return
     features, resolution, fdir = _load(settings, profile, as_json)
     launch = list(ctx.args)
@@ -210,14 +215,15 @@ def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
          url: str = typer.Option(..., "--url", metavar="URL", help="the engine server, http://HOST:PORT"),
          by: Optional[str] = typer.Option(None, "--by", metavar="WHO", help="who asks (recorded in the event and "
                                           "the audit; default USER@HOST)"),
-         as_json: bool = JsonOpt) -> None:
+         as_json: bool = JsonOpt, api_key: Optional[str] = ApiKeyOpt,
+         timeout: float = TimeoutOpt) -> None:
     """Switch a live feature on or off on every scheduler rank of a running sglang server, in
     lockstep: all ranks at the same step, or none (a rank that cannot apply it makes every rank
     keep its value). The switch is an override until the next launch: the settings files stay the
     source of truth at boot. Exit 0 applied; 1 refused or unreachable; 2 not NAME=VALUE."""
     from dsv41_flags.cli.remote import remote_set
 
-    remote_set(assignment, url, by, as_json, out, err, _emit_json)
+    remote_set(assignment, url, by, as_json, _emit_json, api_key=api_key, timeout_s=timeout)
 
 
 @app.command(short_help="Would each profile boot? Every problem at once.")
@@ -598,27 +604,22 @@ def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
                     "features": rows})
         raise typer.Exit(0 if ok else 1)
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_lines=True)
     table.add_column("feature", no_wrap=True)
     for r in releases:
-        table.add_column(r.label, overflow="fold")
+        table.add_column(safe(r.label), overflow="fold")
     styles = {"ok": "green", "fixed-upstream": "cyan", "n/a": "dim"}
     for row in rows:
-        table.add_row(row["feature"], *[
-            f"[{styles.get(c['state'], 'red')}]{c['state']}[/]\n" + _escape(c["detail"])
+        table.add_row(safe(row["feature"]), *[
+            Text.assemble(safe(c["state"], styles.get(c["state"], "red")), "\n", safe(c["detail"]))
             for c in row["cells"]])
     wide = out.is_terminal or os.environ.get("COLUMNS")
-    Console(width=None if wide else 60 + 40 * len(releases)).print(table)
+    console(width=None if wide else 60 + 40 * len(releases), soft_wrap=False).print(table)
     if not rows:
         out.print("no feature checked (none armed; use --all)")
     raise typer.Exit(0 if ok else 1)
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def _missing_texts(feature, verdicts: list[dict]) -> list[str]:

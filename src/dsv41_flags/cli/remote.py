@@ -1,19 +1,134 @@
-"""``dsv41-flags set NAME=VALUE --url`` and ``dsv41-flags status --url``: the command-line side
-of live switches (issue 12). The transport (HTTP routes of the sglang server) is ``_sglang``'s;
-this module only prints."""
+"""``dsv41-flags set NAME=VALUE --url`` and ``dsv41-flags status --url``: the command-line side of
+live switches. The transport is the engine adapter's (``remote_switch`` / ``remote_status``,
+bounded by ``dsv41_flags.engines.http_client``); this module checks what the server answers and
+prints it.
+
+Nothing from the server is trusted: every answer is validated against the shapes below
+(``SetAnswer``, ``StatusAnswer``: types, required fields, text and list sizes) before anything
+is printed or counted, and one that does not fit is one clear line (``--json``: ``{"ok": false,
+"error"}``) and exit 1. Human output goes through ``dsv41_flags.cli.output`` (escaped, never
+markup). The API key (``--api-key`` or ``DSV41_API_KEY``) is sent as a bearer key and shown
+nowhere.
+"""
 from __future__ import annotations
 
 import getpass
 import socket
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Optional
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.live import SwitchError, parse_assignment, parse_value
 
+#: the variable ``--api-key`` defaults to (kept out of shell history)
+API_KEY_VAR = "DSV41_API_KEY"
+#: default overall deadline of one call (connect + read), seconds: the server's own RPC wait
+#: (60 s) and a margin
+DEFAULT_TIMEOUT_S = 65.0
+#: longest text field and list accepted in an answer
+TEXT_MAX = 4096
+LIST_MAX = 4096
 
-def _rank(entry: dict) -> str:
-    parts = [f"{k[:-5]}{entry[k]}" for k in ("tp_rank", "pp_rank", "dp_rank") if entry.get(k) is not None]
+Text = Annotated[StrictStr, Field(max_length=TEXT_MAX)]
+Count = Annotated[StrictInt, Field(ge=0)]
+
+
+class _Shape(BaseModel):
+    """A JSON object from the server: the fields below are checked, others are kept as sent."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+
+class RankId(_Shape):
+    """Who a rank is: its ranks (absent or null when unknown) and pid."""
+
+    tp_rank: Optional[Count] = None
+    pp_rank: Optional[Count] = None
+    dp_rank: Optional[Count] = None
+    pid: Count
+
+
+class FeatureRow(_Shape):
+    """One feature as a rank reports it."""
+
+    name: Text
+    state: Text
+    value: Optional[StrictBool] = None
+    live: StrictBool = False
+    source: Text = ""
+
+
+class Switch(_Shape):
+    """One applied switch of a rank's history (``live.Toggle.to_dict``)."""
+
+    feature: Text
+    old: StrictBool
+    new: StrictBool
+    generation: Count
+    requested_by: Text = ""
+    step: Optional[Count] = None
+    at: Text = ""
+
+
+class RankStatus(RankId):
+    """One scheduler rank's status (``live.process_status``)."""
+
+    generation: Count
+    step: Optional[Count] = None
+    profile: Text = ""
+    features: Annotated[list[FeatureRow], Field(max_length=LIST_MAX)]
+    switches: Annotated[list[Switch], Field(max_length=LIST_MAX)] = []
+
+
+class StatusAnswer(_Shape):
+    """``GET /dsv41_flags/status``: ``{ok, ranks, server?, error?}``."""
+
+    ok: StrictBool
+    ranks: Annotated[list[RankStatus], Field(max_length=LIST_MAX)] = []
+    error: Text = ""
+
+
+class RankApplied(RankId):
+    """One rank's outcome of a switch."""
+
+    ok: StrictBool = True
+    generation: Optional[Count] = None
+    step: Optional[Count] = None
+    reason: Text = ""
+
+
+class Applied(_Shape):
+    """``POST /dsv41_flags/set`` answered ``ok: true``: the switch and every rank's outcome."""
+
+    ok: StrictBool
+    feature: Text
+    old: StrictBool
+    new: StrictBool
+    generation: Count
+    step: Optional[Count] = None
+    ranks: Annotated[list[RankApplied], Field(min_length=1, max_length=LIST_MAX)]
+
+
+class Refusal(_Shape):
+    """``POST /dsv41_flags/set`` answered ``ok: false``: why."""
+
+    ok: StrictBool
+    error: Text = "(the server gave no reason)"
+
+
+def _invalid(what: str, exc: ValidationError) -> str:
+    """One line: the first problem of ``exc`` with where it is in the answer."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "the answer"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"the server's {what} answer is not valid: {where}: {first['msg']}{more}"
+
+
+def _rank(entry: RankId) -> str:
+    parts = [f"{k[:-5]}{getattr(entry, k)}" for k in ("tp_rank", "pp_rank", "dp_rank")
+             if getattr(entry, k) is not None]
     return " ".join(parts) or "rank ?"
 
 
@@ -23,6 +138,41 @@ def _who() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def _on(value: bool) -> str:
+    return "on" if value else "off"
+
+
+def _refused_message(exc: Exception, api_key: str | None) -> str:
+    """What a 401/403 means to the operator; never the key."""
+    status = getattr(exc, "status", "")
+    if api_key:
+        return (f"the server refused the key given (HTTP {status}): the live routes need the "
+                f"server's admin key (--admin-api-key; its --api-key when it has none)")
+    return (f"the server refused (HTTP {status}): admin key required (give --api-key or "
+            f"{API_KEY_VAR})")
+
+
+def _call(send: Callable[[], Any], api_key: str | None) -> tuple[Any, str]:
+    """``(answer, error)`` of one call to the server: an error text when it cannot be asked."""
+    from dsv41_flags.engines.http_client import Refused
+
+    try:
+        return send(), ""
+    except Refused as exc:
+        return None, _refused_message(exc, api_key)
+    except SwitchError as exc:
+        return None, str(exc)
+
+
+def _fail(error: str, as_json: bool, emit_json: Callable[[Any], None], code: int = 1,
+          **extra: Any) -> None:
+    if as_json:
+        emit_json({"ok": False, **extra, "error": error})
+    else:
+        err.print(f"error: {error}", style="red")
+    raise typer.Exit(code)
 
 
 def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], None] | None = None) -> str:
@@ -61,77 +211,83 @@ def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], N
     return url.rstrip("/")
 
 
-def remote_set(assignment: str, url: str, by: str | None, as_json: bool, out, err,
-               emit_json: Callable[[Any], None]) -> None:
-    """Send the switch to the server; print the per-rank outcome. Exits 1 when refused or
-    unreachable, 2 when ``assignment`` is not NAME=VALUE with an on/off value or ``url`` is not
-    an http:// URL (nothing is sent then)."""
+def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
+               emit_json: Callable[[Any], None], *, api_key: str | None = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Send the switch to the server (with ``api_key`` as a bearer key when given); print the
+    per-rank outcome. Exits 1 when refused (by the ranks, or for want of the admin key),
+    unreachable, or when the answer is not a valid one; 2 when ``assignment`` is not NAME=VALUE
+    with an on/off value or ``url`` is not an http:// URL (nothing is sent then)."""
     try:
         name, value = parse_assignment(assignment)
         parse_value(name, value)  # a value no rank could take is refused here, before sending
     except SwitchError as exc:
-        if as_json:
-            emit_json({"ok": False, "error": str(exc)})
-        else:
-            err.print(f"error: {exc}", style="red")
-        raise typer.Exit(2) from None
+        _fail(str(exc), as_json, emit_json, code=2)
     url = check_url(url, err, as_json, emit_json)
     from dsv41_flags.engines import adapter
 
+    data, error = _call(lambda: adapter().remote_switch(url, name, value, by or _who(),
+                                                        api_key=api_key, timeout_s=timeout_s),
+                        api_key)
+    if error:
+        _fail(error, as_json, emit_json, feature=name)
     try:
-        data = adapter().remote_switch(url, name, value, by or _who())
-    except SwitchError as exc:
-        data = {"ok": False, "feature": name, "error": str(exc)}
+        ok = isinstance(data, dict) and data.get("ok") is True
+        answer = Applied.model_validate(data) if ok else Refusal.model_validate(data)
+    except ValidationError as exc:
+        _fail(_invalid("switch", exc), as_json, emit_json, feature=name)
     if as_json:
         emit_json(data)
-    elif data.get("ok"):
-        ranks = data.get("ranks") or []
-        out.print(f"{data['feature']}: {'on' if data['old'] else 'off'} -> "
-                  f"{'on' if data['new'] else 'off'}, generation {data['generation']}, on "
-                  f"{len(ranks)} rank(s) at step {data.get('step')}")
-        for r in ranks:
-            out.print(f"  {_rank(r)} pid {r.get('pid')}: generation {r.get('generation')} "
-                      f"step {r.get('step')}")
+    elif isinstance(answer, Applied):
+        out.print(f"{answer.feature}: {_on(answer.old)} -> {_on(answer.new)}, generation "
+                  f"{answer.generation}, on {len(answer.ranks)} rank(s) at step {answer.step}")
+        for r in answer.ranks:
+            out.print(f"  {_rank(r)} pid {r.pid}: generation {r.generation} step {r.step}")
         out.print("an override until the next launch: settings files decide at boot")
     else:
-        err.print(f"error: {data.get('error') or data}", style="red")
-    if not data.get("ok"):
+        err.print(f"error: {answer.error}", style="red")
+    if not isinstance(answer, Applied):
         raise typer.Exit(1)
 
 
-def remote_status(url: str, as_json: bool, out, err, emit_json: Callable[[Any], None]) -> None:
-    """Print what each scheduler rank (and the server process) has on now. Exits 1 when the server
-    cannot be asked or its ranks are on different generations (``generations_agree`` is null
-    when no rank answered); 2 when ``url`` is not an http:// URL."""
+def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
+                  api_key: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Print what each scheduler rank has on now. Exits 1 when the server cannot be asked,
+    refuses (for want of the admin key), answers something that is not a valid status, or its
+    ranks are on different generations (``generations_agree`` is null when no rank answered);
+    2 when ``url`` is not an http:// URL."""
     url = check_url(url, err, as_json, emit_json)
     from dsv41_flags.engines import adapter
 
+    data, error = _call(lambda: adapter().remote_status(url, api_key=api_key, timeout_s=timeout_s),
+                        api_key)
+    if error:
+        _fail(error, as_json, emit_json, ranks=[], generations_agree=None)
     try:
-        data = adapter().remote_status(url)
-    except SwitchError as exc:
-        data = {"ok": False, "error": str(exc), "ranks": []}
-    ranks = data.get("ranks") or []
-    generations = sorted({r.get("generation") for r in ranks})
-    data["generations_agree"] = len(generations) <= 1 if ranks else None
+        answer = StatusAnswer.model_validate(data)
+    except ValidationError as exc:
+        _fail(_invalid("status", exc), as_json, emit_json, ranks=[], generations_agree=None)
+    ranks = answer.ranks
+    generations = sorted({r.generation for r in ranks})
+    agree = len(generations) <= 1 if ranks else None
     if as_json:
-        emit_json(data)
+        emit_json({**data, "generations_agree": agree})
     else:
-        if data.get("error"):
-            err.print(f"error: {data['error']}", style="red")
+        if answer.error:
+            err.print(f"error: {answer.error}", style="red")
         if ranks:
-            agree = (f"generation {generations[0]} on every rank" if data["generations_agree"]
-                     else "RANKS DISAGREE: generations " + ", ".join(
-                         f"{_rank(r)}: {r.get('generation')}" for r in ranks))
-            out.print(f"{url}: {len(ranks)} scheduler rank(s), {agree}")
+            said = (f"generation {generations[0]} on every rank" if agree else
+                    "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
+                                                               for r in ranks))
+            out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
         for r in ranks:
-            out.print(f"  {_rank(r)}  pid {r.get('pid')}  step {r.get('step')}  "
-                      f"generation {r.get('generation')}  profile {r.get('profile')}")
-            for f in r.get("features", []):
-                out.print(f"    {f['name']:<16} {f['state']:<12} {str(f['value']):<6} "
-                          f"{'live' if f.get('live') else 'boot':<5} from {f['source']}")
-            for t in r.get("switches", [])[-3:]:
-                out.print(f"    switch generation {t['generation']}: {t['feature']} "
-                          f"{'on' if t['old'] else 'off'} -> {'on' if t['new'] else 'off'} by "
-                          f"{t['requested_by']} at step {t['step']} ({t['at']})")
-    if not data.get("ok") or data["generations_agree"] is False:
+            out.print(f"  {_rank(r)}  pid {r.pid}  step {r.step}  generation {r.generation}  "
+                      f"profile {r.profile}")
+            for f in r.features:
+                out.print(f"    {safe_text(f.name):<16} {safe_text(f.state):<12} {str(f.value):<6} "
+                          f"{'live' if f.live else 'boot':<5} from {f.source}")
+            for t in r.switches[-3:]:
+                out.print(f"    switch generation {t.generation}: {t.feature} {_on(t.old)} -> "
+                          f"{_on(t.new)} by {t.requested_by} at step {t.step} ({t.at})")
+    if not answer.ok or agree is False:
         raise typer.Exit(1)

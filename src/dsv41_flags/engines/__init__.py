@@ -86,8 +86,10 @@ class EngineAdapter:
       through the engine's plugin loader (which knows its role and ranks);
     switch / status: ``(engine_object, name, value, *, requested_by, timeout_s) -> dict`` and
       ``(engine_object, *, timeout_s) -> dict``: live switching of an in-process engine object on
-      every rank; remote_switch / remote_status: ``(url, name, value, requested_by)``
-      and ``(url)``: the same through the engine's running server. Default: SwitchError.
+      every rank; remote_switch / remote_status: ``(url, name, value, requested_by, *, api_key,
+      timeout_s) -> answer`` and ``(url, *, api_key, timeout_s) -> answer``: the same through the
+      engine's running server, the answer as decoded JSON (``engines.http_client``). Default:
+      SwitchError.
     """
 
     name: str

@@ -127,6 +127,15 @@ VOLATILE_ARGV: dict[str, str] = {
     "--mooncake-ib-device": "InfiniBand devices of this node",
 }
 
+#: secret name -> what it names (``fingerprint.is_secret``: the core's own list adds to these)
+SECRET_NAMES: dict[str, str] = {
+    "api-key": "--api-key / --admin-api-key (srt/server_args.py; sglang's /server_info shows "
+               "them, upstream #30166)",
+    "ssl-keyfile-password": "--ssl-keyfile-password (srt/server_args.py)",
+    "hf-token": "a Hugging Face token (SGLANG_HF_TOKEN, HF_TOKEN)",
+    "hub-token": "a Hugging Face hub token (HUGGING_FACE_HUB_TOKEN)",
+}
+
 #: deprecated name -> canonical name, read only when the canonical one is unset
 #: (``Env*WithAlias(deprecated_name=...)`` fields of environ.py)
 FIELD_ALIASES: dict[str, str] = {
@@ -318,6 +327,7 @@ FINGERPRINT = EngineFacts(
     engine=ENGINE,
     prefixes=ENV_PREFIXES,
     volatile={**VOLATILE_ENV, **VOLATILE_ARGV},
+    secrets=SECRET_NAMES,
     canonical_env=canonical_env,
     canonical_argv=canonical_argv,
 )

@@ -109,43 +109,32 @@ def install_http_routes(rt, module) -> None:
 
 
 # ------------------------------------------------------------------ CLI side (HTTP client)
-def _http(url: str, path: str, body: dict | None, timeout_s: float) -> tuple[int, dict]:
-    import urllib.error
-    import urllib.request
+def _http(url: str, path: str, body: dict | None, timeout_s: float,
+          api_key: str | None = None) -> Any:
+    """The answer of ``GET`` (``body`` None) or ``POST`` ``url + path``, decoded from JSON (its
+    shape is the caller's to check), through ``engines.http_client.call_json`` (one deadline,
+    a size cap, ``api_key`` as sglang's bearer key). Raises SwitchError (``Refused`` on 401/403)
+    when the server cannot be asked, and on 404 (no dsv41_flags routes there)."""
+    from dsv41_flags.engines.http_client import call_json
 
     full = url.rstrip("/") + path
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(full, data=data, method="GET" if body is None else "POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            status, raw = resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-        if status == 404:
-            raise SwitchError(f"{full}: 404, the server has no dsv41_flags routes (is dsv41_flags "
-                              f"installed in the server's environment, with a live feature "
-                              f"declared?)") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SwitchError(f"cannot reach {full}: {reason} (is the sglang server running there?)") from None
-    try:
-        payload = json.loads(raw)
-    except ValueError:
-        raise SwitchError(f"{full}: HTTP {status}, not a JSON answer: {raw[:200]!r}") from None
-    return status, payload if isinstance(payload, dict) else {"ok": False, "error": repr(payload)}
+    missing = (f"{full}: 404, the server has no dsv41_flags routes (is dsv41_flags installed in "
+               f"the server's environment, with a live feature declared?)")
+    return call_json(full, method="GET" if body is None else "POST", body=body, api_key=api_key,
+                     timeout_s=timeout_s, errors={404: missing})[1]
 
 
-def http_set(url: str, name: str, value: Any, requested_by: str,
-             timeout_s: float = RPC_TIMEOUT_S + 5) -> dict:
-    """``POST URL/dsv41_flags/set``; returns the answer (``ok`` False when refused). Raises
-    SwitchError when the server cannot be reached or has no such route."""
-    _, data = _http(url, SET_PATH, {"name": name, "value": value, "requested_by": requested_by},
-                    timeout_s)
-    return data
+def http_set(url: str, name: str, value: Any, requested_by: str, *, api_key: str | None = None,
+             timeout_s: float = RPC_TIMEOUT_S + 5) -> Any:
+    """``POST URL/dsv41_flags/set``; returns the answer (``ok`` False when refused; the caller
+    checks its shape). Raises SwitchError when the server cannot be asked or has no such route,
+    ``http_client.Refused`` when it wants another key."""
+    return _http(url, SET_PATH, {"name": name, "value": value, "requested_by": requested_by},
+                 timeout_s, api_key)
 
 
-def http_status(url: str, timeout_s: float = RPC_TIMEOUT_S + 5) -> dict:
-    """``GET URL/dsv41_flags/status``: ``{ok, server, ranks}``. Raises SwitchError when the
-    server cannot be reached or has no such route."""
-    return _http(url, STATUS_PATH, None, timeout_s)[1]
+def http_status(url: str, *, api_key: str | None = None, timeout_s: float = RPC_TIMEOUT_S + 5) -> Any:
+    """``GET URL/dsv41_flags/status``: ``{ok, server, ranks}`` (the caller checks its shape).
+    Raises SwitchError when the server cannot be asked or has no such route,
+    ``http_client.Refused`` when it wants another key."""
+    return _http(url, STATUS_PATH, None, timeout_s, api_key)

@@ -1,0 +1,72 @@
+"""The one way the CLI writes for a human: every line goes through ``SafeConsole``.
+
+Text shown by the CLI mixes its own words with outside data: a server's answer, a settings
+value, a file name, a feature name read from a file, an engine spec, ``requested_by``. Whatever
+that data holds, the terminal shows it as written and nothing else:
+
+- control characters are shown escaped (``safe_text``): C0 and C1 controls (ESC, CR, LF, TAB,
+  DEL, CSI ``\\x9b``...), Unicode format characters (bidi overrides and isolates, zero-width
+  characters, ``\\u2028``/``\\u2029`` line and paragraph separators) and lone surrogates become
+  ``\\x1b``, ``\\n``, ``\\u202e``...; so one ``print`` is exactly one line, and no answer can
+  forge a line, move the cursor or reverse the text;
+- rich markup and emoji codes are never read from text: every string printed becomes a
+  ``rich.text.Text`` (``[/]`` and ``sglang[all]==0.5.24`` print as written), and styles come
+  only from the ``style=`` of the call.
+
+JSON output (``--json``) is written with ``json.dumps(ensure_ascii=True)``, which escapes the
+same characters on its own.
+"""
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+#: Unicode categories shown escaped: controls, format characters (bidi, zero-width), line and
+#: paragraph separators, surrogates
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def safe_text(value: Any) -> str:
+    """``value`` as text (``str(value)`` when not a str) with every character of
+    ``UNSAFE_CATEGORIES`` escaped as Python writes it (``\\n``, ``\\x1b``, ``\\u202e``,
+    ``\\U000e0041``); any other character, spaces and markup brackets included, is kept."""
+    text = value if isinstance(value, str) else str(value)
+    if text.isprintable():  # every unsafe character is unprintable: the common case is one scan
+        return text
+    return "".join(_escaped(c) if unicodedata.category(c) in UNSAFE_CATEGORIES else c for c in text)
+
+
+def safe(value: Any, style: str = "") -> Text:
+    """``safe_text(value)`` as a rich ``Text`` in ``style``: never read as markup."""
+    return Text(safe_text(value), style=style)
+
+
+class SafeConsole(Console):
+    """A rich ``Console`` whose ``print`` shows every string argument through ``safe`` (escaped,
+    never markup, never highlighted); renderables (a ``Table`` of ``safe`` cells) pass as they
+    are. Keyword arguments are rich's (``style=``, ``highlight=``...)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 - see the class
+        super().print(*(safe(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
+def console(*, stderr: bool = False, **kwargs: Any) -> SafeConsole:
+    """A ``SafeConsole`` as the CLI uses them: no wrapping of long lines, no markup, no emoji
+    codes, no highlighting."""
+    return SafeConsole(stderr=stderr, soft_wrap=kwargs.pop("soft_wrap", True), markup=False,
+                       emoji=False, highlight=False, **kwargs)
+
+
+out = console()
+err = console(stderr=True)

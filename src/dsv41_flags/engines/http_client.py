@@ -1,0 +1,104 @@
+"""The client side of an engine server's live routes: one JSON call over HTTP, bounded.
+
+``call_json`` sends one request and returns ``(status, answer)``. Whatever the server does, the
+call ends: one overall deadline covers connect, send and read (the exchange runs in a daemon
+thread joined with that deadline, so a server that trickles bytes or never ends its body cannot
+hold the caller); the body is read in chunks and refused beyond ``MAX_ANSWER_BYTES`` (memory
+stays bounded); the answer must be JSON. An API key is sent as sglang expects it
+(``Authorization: Bearer <key>``, ``sglang/srt/utils/auth.py``) and appears in no message.
+
+Standard library only.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from dsv41_flags.live import SwitchError
+
+#: largest answer body read (a status of many ranks is a few hundred KiB)
+MAX_ANSWER_BYTES = 8 << 20
+_CHUNK = 64 << 10
+
+
+class Refused(SwitchError):
+    """The server refused the call for want of the right key: HTTP 401 or 403 (``status``)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _read_capped(resp, url: str, max_bytes: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        chunk = resp.read(_CHUNK)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > max_bytes:
+            raise SwitchError(f"{url}: the answer is larger than {max_bytes} bytes: not read further "
+                              f"(is this the engine server?)")
+        chunks.append(chunk)
+
+
+def _exchange(url: str, method: str, body: Any, api_key: str | None, timeout_s: float,
+              max_bytes: int) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.status, _read_capped(resp, url, max_bytes)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, _read_capped(exc, url, max_bytes)
+    except SwitchError:
+        raise
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a bad header value
+        reason = getattr(exc, "reason", None) or exc
+        raise SwitchError(f"cannot reach {url}: {reason} (is the engine server running there?)") \
+            from None
+    except Exception as exc:  # noqa: BLE001 - http.client's own (a bad status line, too many headers)
+        raise SwitchError(f"{url}: not an HTTP answer ({type(exc).__name__}: {exc})") from None
+
+
+def call_json(url: str, *, method: str = "GET", body: Any = None, api_key: str | None = None,
+              timeout_s: float, max_bytes: int = MAX_ANSWER_BYTES) -> tuple[int, Any]:
+    """``(status, answer)`` of ``method url`` with ``body`` as JSON (None: no body), the answer
+    decoded from JSON (any JSON value: the caller checks its shape).
+
+    Raises ``Refused`` on HTTP 401 or 403; SwitchError when the server cannot be reached, gives
+    no complete answer within ``timeout_s`` seconds (connect, send and read together), answers
+    more than ``max_bytes`` bytes, or answers something that is not JSON. No message holds the
+    key."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["answer"] = _exchange(url, method, body, api_key, timeout_s, max_bytes)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="dsv41-flags-http", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise SwitchError(f"{url}: no complete answer within {timeout_s:g} s (connect and read)")
+    if "error" in box:
+        raise box["error"]
+    status, raw = box["answer"]
+    if status in (401, 403):
+        raise Refused(f"{url}: the server refused the call (HTTP {status})", status)
+    try:
+        return status, json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise SwitchError(f"{url}: HTTP {status}, a JSON answer nested too deeply") from None
+    except ValueError:  # bad UTF-8 or not JSON (an integer too long included)
+        raise SwitchError(f"{url}: HTTP {status}, not a JSON answer: {raw[:120]!r}") from None

@@ -1,0 +1,334 @@
+"""``dsv41-flags set --url`` and ``status --url`` against a tiny local HTTP server that answers
+whatever the test says: every answer is checked before it is shown (one clear line and exit 1
+for a bad one, never a traceback), one deadline bounds the whole call, a body that never ends
+or is huge is cut at the size cap, the API key is sent as sglang's bearer key and printed
+nowhere, and a refusal for want of the key says so."""
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from typer.testing import CliRunner
+
+from dsv41_flags.cli import app
+from dsv41_flags.engines.http_client import MAX_ANSWER_BYTES
+
+RANK = {"tp_rank": 0, "pp_rank": 0, "pid": 11, "step": 5, "generation": 1, "profile": "default",
+        "features": [{"name": "folded_fence", "state": "installed", "value": True, "live": True,
+                      "source": "live switch generation 1 by alice"}],
+        "switches": [{"feature": "folded_fence", "old": False, "new": True, "generation": 1,
+                      "requested_by": "alice", "step": 4, "at": "2026-12-01T00:00:00"}]}
+STATUS = {"ok": True, "ranks": [RANK, {**RANK, "tp_rank": 1, "pid": 12}], "server": {"pid": 10}}
+APPLIED = {"ok": True, "feature": "folded_fence", "old": False, "new": True, "generation": 1,
+           "step": 4, "ranks": [{"tp_rank": 0, "pid": 11, "generation": 1, "step": 4, "ok": True}]}
+
+
+class Server:
+    """One answer for every request: ``status`` and ``body`` (bytes, or a callable writing to
+    the socket file itself); ``seen`` records each request's path and headers."""
+
+    def __init__(self) -> None:
+        self.status, self.body, self.seen = 200, b"{}", []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _answer(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                owner.seen.append({"path": self.path, "headers": dict(self.headers),
+                                   "body": self.rfile.read(length) if length else b""})
+                if callable(owner.body):
+                    owner.body(self)
+                    return
+                self.send_response(owner.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(owner.body)))
+                self.end_headers()
+                self.wfile.write(owner.body)
+
+            do_GET = do_POST = _answer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, data, status=200):
+        self.status = status
+        self.body = data if isinstance(data, bytes) or callable(data) else json.dumps(data).encode()
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    for key in [k for k in __import__("os").environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+
+    def run(*args, env=None):
+        return CliRunner().invoke(app, list(args), env=env, catch_exceptions=False)
+    return run
+
+
+def lines(result) -> list[str]:
+    return result.output.splitlines()
+
+
+# ------------------------------------------------------------------ valid answers
+def test_status_lists_every_rank(cli, server):
+    server.answer(STATUS)
+    r = cli("status", "--url", server.url)
+    assert r.exit_code == 0, r.output
+    assert "2 scheduler rank(s), generation 1 on every rank" in r.output
+    assert sum(1 for line in lines(r) if line.startswith("  tp")) == 2
+    data = json.loads(cli("status", "--url", server.url, "--json").stdout)
+    assert data["generations_agree"] is True and len(data["ranks"]) == 2
+
+
+def test_set_prints_every_rank_and_sends_the_switch(cli, server):
+    server.answer(APPLIED)
+    r = cli("set", "folded_fence=on", "--url", server.url, "--by", "alice")
+    assert r.exit_code == 0, r.output
+    assert "folded_fence: off -> on, generation 1, on 1 rank(s) at step 4" in r.output
+    sent = json.loads(server.seen[-1]["body"])
+    assert server.seen[-1]["path"] == "/dsv41_flags/set"
+    assert sent == {"name": "folded_fence", "value": "on", "requested_by": "alice"}
+
+
+def test_a_refused_switch_is_its_reason_and_exit_1(cli, server):
+    server.answer({"ok": False, "feature": "folded_fence", "error": "rank tp1: drifted"}, 409)
+    r = cli("set", "folded_fence=on", "--url", server.url)
+    assert r.exit_code == 1 and "error: rank tp1: drifted" in r.output
+
+
+# ------------------------------------------------------------------ hostile answers
+BAD_STATUS = [
+    ({"ok": True, "ranks": [1]}, "ranks.0"),
+    ({"ok": True, "ranks": {"a": 1}}, "ranks"),
+    ({"ok": True, "ranks": "x"}, "ranks"),
+    ({"ok": True, "ranks": [{**RANK, "features": [{"name": "f", "value": True}]}]}, "state"),
+    ({"ok": True, "ranks": [{**RANK, "generation": "1"}]}, "generation"),
+    ({"ok": True, "ranks": [{**RANK, "generation": -1}]}, "generation"),
+    ({"ok": True, "ranks": [{**RANK, "tp_rank": True}]}, "tp_rank"),
+    ({"ok": True, "ranks": [{**RANK, "switches": [{"feature": "f"}]}]}, "switches.0"),
+    ({"ok": True, "ranks": [{**RANK, "profile": "p" * 5000}]}, "profile"),
+    ({"ok": True, "ranks": [RANK] * 5000}, "ranks"),
+    ({"ranks": []}, "ok"),
+    ({"ok": "yes", "ranks": []}, "ok"),
+    ([1, 2], "the answer"),
+    ("text", "the answer"),
+    (None, "the answer"),
+    (1e400, "the answer"),
+]
+
+
+@pytest.mark.parametrize("answer,where", BAD_STATUS, ids=[w + str(i) for i, (_, w) in enumerate(BAD_STATUS)])
+def test_a_bad_status_answer_is_one_line_and_exit_1(cli, server, answer, where):
+    server.answer(answer)
+    r = cli("status", "--url", server.url)
+    assert r.exit_code == 1
+    assert len(lines(r)) == 1 and lines(r)[0].startswith("error: the server's status answer is not "
+                                                         "valid: ") and where in r.output, r.output
+    data = json.loads(cli("status", "--url", server.url, "--json").stdout)
+    assert data["ok"] is False and "not valid" in data["error"] and data["ranks"] == []
+
+
+BAD_SET = [
+    ({"ok": True}, "feature"),
+    ({"ok": True, "feature": "folded_fence", "old": False, "new": True, "generation": 1, "ranks": []},
+     "ranks"),
+    ({**APPLIED, "ranks": [1]}, "ranks.0"),
+    ({**APPLIED, "ranks": "all"}, "ranks"),
+    ({**APPLIED, "old": "off"}, "old"),
+    ({"ok": False, "error": ["x"]}, "error"),
+    ({"ok": 1}, "ok"),
+    ([], "the answer"),
+]
+
+
+@pytest.mark.parametrize("answer,where", BAD_SET, ids=[w + str(i) for i, (_, w) in enumerate(BAD_SET)])
+def test_a_bad_switch_answer_is_one_line_and_exit_1(cli, server, answer, where):
+    server.answer(answer)
+    r = cli("set", "folded_fence=on", "--url", server.url)
+    assert r.exit_code == 1
+    assert len(lines(r)) == 1 and "the server's switch answer is not valid" in r.output
+    assert where in r.output, r.output
+    data = json.loads(cli("set", "folded_fence=on", "--url", server.url, "--json").stdout)
+    assert data["ok"] is False and "not valid" in data["error"]
+
+
+@pytest.mark.parametrize("body,needle", [
+    (b"<html>502</html>", "not a JSON answer"),
+    (b"\xff\xfe{}", "not a JSON answer"),
+    (b"[" * 100_000 + b"]" * 100_000, "JSON"),
+    (b"1" * 10_000, "not a JSON answer"),
+])
+def test_an_answer_that_is_not_json_is_one_line(cli, server, body, needle):
+    server.answer(body)
+    for command in (("status", "--url", server.url), ("set", "folded_fence=on", "--url", server.url)):
+        r = cli(*command)
+        assert r.exit_code == 1 and len(lines(r)) == 1 and needle in r.output, r.output
+
+
+def _endless(handler):
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.end_headers()
+    chunk = b" " * (1 << 16)
+    try:
+        while True:
+            handler.wfile.write(chunk)
+    except OSError:
+        pass
+
+
+def _trickle(handler):
+    handler.send_response(200)
+    handler.send_header("Content-Length", "1000")
+    handler.end_headers()
+    try:
+        for _ in range(100):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.3)
+    except OSError:
+        pass
+
+
+def test_a_body_that_never_ends_is_cut_at_the_cap(cli, server):
+    server.answer(_endless)
+    r = cli("status", "--url", server.url, "--timeout", "60")
+    assert r.exit_code == 1 and len(lines(r)) == 1
+    assert f"larger than {MAX_ANSWER_BYTES} bytes" in r.output
+
+
+def test_a_huge_json_answer_is_refused_at_the_cap(cli, server):
+    server.answer({"ok": True, "ranks": [], "pad": "x" * (MAX_ANSWER_BYTES + 10)})
+    r = cli("status", "--url", server.url, "--json")
+    assert r.exit_code == 1 and "larger than" in json.loads(r.stdout)["error"]
+
+
+def test_one_deadline_bounds_a_server_that_trickles(cli, server):
+    server.answer(_trickle)   # each byte well within any per-read timeout, the whole far longer
+    started = time.monotonic()
+    r = cli("status", "--url", server.url, "--timeout", "1.5")
+    took = time.monotonic() - started
+    assert r.exit_code == 1 and "no complete answer within 1.5 s" in r.output
+    assert took < 15   # the trickle alone would take 30 s
+
+
+def test_an_unreachable_server_is_one_line(cli):
+    import socket
+
+    with socket.socket() as s:     # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("status", "--url", f"http://127.0.0.1:{port}")
+    assert r.exit_code == 1 and len(lines(r)) == 1 and "cannot reach" in r.output
+
+
+# ------------------------------------------------------------------ the key
+@pytest.mark.parametrize("how", ["option", "variable"])
+def test_the_key_is_sent_as_a_bearer_key_and_printed_nowhere(cli, server, how):
+    key = "S3CRET-admin-key"
+    args, env = (["--api-key", key], None) if how == "option" else ([], {"DSV41_API_KEY": key})
+    for answer, command in ((STATUS, ["status", "--url", server.url]),
+                            (APPLIED, ["set", "folded_fence=on", "--url", server.url])):
+        server.answer(answer)
+        for extra in ([], ["--json"]):
+            r = cli(*command, *args, *extra, env=env)
+            assert r.exit_code == 0, r.output
+            assert server.seen[-1]["headers"].get("Authorization") == f"Bearer {key}"
+            assert key not in r.output
+        server.answer({"error": "Unauthorized"}, 401)
+        r = cli(*command, *args, env=env)
+        assert r.exit_code == 1 and key not in r.output and "refused the key given" in r.output
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refusal_for_want_of_the_key_says_how_to_give_it(cli, server, status):
+    server.answer({"error": "Unauthorized"}, status)
+    for command in (["status", "--url", server.url], ["set", "folded_fence=on", "--url", server.url]):
+        r = cli(*command)
+        assert r.exit_code == 1 and len(lines(r)) == 1
+        assert ("the server refused (HTTP %d): admin key required (give --api-key or DSV41_API_KEY)"
+                % status) in r.output
+        data = json.loads(cli(*command, "--json").stdout)
+        assert data["ok"] is False and "admin key required" in data["error"]
+    assert "Authorization" not in server.seen[-1]["headers"]
+
+
+def test_the_key_is_not_in_the_help(cli):
+    r = cli("set", "--help", env={"DSV41_API_KEY": "S3CRET-in-env"})
+    assert "S3CRET" not in r.output and "DSV41_API_KEY" in r.output
+
+
+# ------------------------------------------------------------------ hostile text, shown safely
+HOSTILE = [
+    "\n  tp0 pp0  pid 1  step 9  generation 7  profile forged",
+    "\r  tp9 pp0  pid 1",
+    "\x1b[2J\x1b[31mred\x1b]0;title\x07",
+    "\x9b31mC1 CSI\x85NEL",
+    "\u202eevil\u2066iso\u2069",
+    "line\u2028sep\u2029para",
+    "zero\u200bwidth\ufeff",
+    "nul\x00del\x7f",
+    "[/]",
+    "[bold red]markup[/bold red]",
+    "sglang[all]==0.5.24",
+    ":thumbs_up: emoji",
+    "\udcff surrogate",
+]
+
+
+def _hostile_status(text):
+    rank = {**RANK, "profile": text,
+            "features": [{**RANK["features"][0], "name": text, "state": text, "source": text}],
+            "switches": [{**RANK["switches"][0], "requested_by": text, "feature": text, "at": text}]}
+    return {"ok": True, "ranks": [rank]}
+
+
+def _assert_shown_safely(output: str, text: str):
+    import unicodedata
+
+    assert not [c for c in output if c != "\n" and unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Cs")]
+    if text.isprintable():
+        assert text in output   # markup, brackets and emoji codes as written
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_status_shows_hostile_text_escaped_on_its_own_line(cli, server, text):
+    server.answer(_hostile_status(text))
+    r = cli("status", "--url", server.url)
+    if "\udcff" in text:   # not Unicode text at all: refused as an invalid answer, one line
+        assert r.exit_code == 1 and len(lines(r)) == 1 and "not valid" in r.output
+        return
+    assert r.exit_code == 0, r.output
+    _assert_shown_safely(r.output, text)
+    # one header, one rank line, one feature line, one switch line: nothing forged
+    assert len(lines(r)) == 4 and sum(1 for line in lines(r) if line.startswith("  tp")) == 1
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_set_shows_hostile_text_escaped(cli, server, text):
+    server.answer({**APPLIED, "feature": text})
+    r = cli("set", "folded_fence=on", "--url", server.url)
+    _assert_shown_safely(r.output, text)
+    assert len(lines(r)) == (1 if "\udcff" in text else 3)
+    server.answer({"ok": False, "error": text})
+    r = cli("set", "folded_fence=on", "--url", server.url)
+    assert r.exit_code == 1 and len(lines(r)) == 1
+    _assert_shown_safely(r.output, text)
