@@ -13,12 +13,23 @@ Prefixes and volatile names add up from three places: the engine adapter's defau
 ``volatile_argv``, profile sections add to ``[default]``) and the feature declarations
 (``volatile=``, ``Option(volatile=)``); ``Fingerprint.excluded`` / ``included`` say which one
 decided each key.
-Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context); issue 15.
+Secrets are volatile and more: a variable, launch option or flag/option key whose name marks a
+secret (``is_secret``) never enters the payload, whatever the other lists say, and ``excluded``
+names it without its value. A name marks a secret when the parts of one of the secret names
+appear in it in order and side by side, parts being split at ``-``, ``_``, ``.`` and spaces,
+case ignored: ``password`` marks ``--ssl-keyfile-password``; ``api-key`` marks ``--api-key``,
+``--admin-api-key``, ``WANDB_API_KEY`` and ``--api-key-file``; ``hf-token`` marks
+``SGLANG_HF_TOKEN``. A bare ``key`` or ``token`` marks nothing: in an inference engine they name
+kernel settings (``--kv-cache-dtype``, ``SGLANG_USE_AITER_FP8_PER_TOKEN``, ``--max-total-tokens``),
+which must stay in the fingerprint. The secret names add up from ``CORE_SECRETS``, the engine
+adapter's (``EngineFacts.secrets``) and the settings (``secret_names``, ``DSV41_SECRET_NAMES``).
+Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context).
 """
 
 import hashlib
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -30,6 +41,83 @@ from dsv41_flags.resolution import EMPTY, Resolution, _jsonable
 
 #: the framework's own variables always enter (by resolved value for flags and options)
 CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
+
+#: secret name (parts joined by ``-``) -> why, whatever the engine (see the module docstring)
+CORE_SECRETS: dict[str, str] = {
+    "password": "a password", "passwd": "a password", "passphrase": "a passphrase",
+    "secret": "a secret", "secrets": "secrets", "credential": "a credential",
+    "credentials": "credentials", "apikey": "an API key", "api-key": "an API key",
+    "api-token": "an API token",
+    "access-key": "an access key", "private-key": "a private key",
+    "auth-token": "an access token", "access-token": "an access token",
+    "bearer-token": "an access token", "session-token": "an access token",
+    "refresh-token": "an access token", "id-token": "an identity token",
+    # the framework's own key for set / status --url
+    "dsv41-api-key": "the CLI's key for the live routes (DSV41_API_KEY)",
+}
+#: what a secret's value is shown as, where one must be shown
+MASK = "***"
+_PARTS = re.compile(r"[-_.\s]+")
+
+
+def name_parts(name: str) -> tuple[str, ...]:
+    """``name`` lower-cased and split at ``-``, ``_``, ``.`` and spaces, empty parts dropped:
+    ``--ssl-keyfile-password`` -> ``("ssl", "keyfile", "password")``."""
+    return tuple(p for p in _PARTS.split(str(name).lower()) if p)
+
+
+def secret_names(resolution: Resolution | None = None, facts: "EngineFacts | None" = None) -> dict[str, str]:
+    """Every secret name -> who declared it: ``CORE_SECRETS``, the engine adapter's
+    (``EngineFacts.secrets``) and the settings' ``SECRET_NAMES`` (when ``resolution`` is given)."""
+    facts = engine_facts() if facts is None else facts
+    out = {name: f"dsv41_flags: {why}" for name, why in CORE_SECRETS.items()}
+    for name, why in getattr(facts, "secrets", {}).items():
+        out.setdefault(name, f"engine default (shipped for {facts.engine}: {why})")
+    extra = resolution.reserved.get("SECRET_NAMES", ()) if resolution is not None else ()
+    for name in extra or ():
+        out.setdefault(str(name), "settings secret_names")
+    return out
+
+
+def is_secret(name: str, secrets: Mapping[str, str] | None = None) -> str:
+    """Why ``name`` (a variable, a launch option, a flag or option key) marks a secret: the
+    secret name found in it and who declared it (``secrets``, default ``secret_names()``); ``""``
+    when it marks none. See the module docstring for the rule."""
+    secrets = secret_names() if secrets is None else secrets
+    parts = name_parts(name)
+    for secret, why in secrets.items():
+        wanted = name_parts(secret)
+        n = len(wanted)
+        if n and any(parts[i:i + n] == wanted for i in range(len(parts) - n + 1)):
+            return f"secret: the name holds {'-'.join(wanted)!r} ({why})"
+    return ""
+
+
+def masked_argv(argv: Sequence[str], secrets: Mapping[str, str] | None = None) -> list[str]:
+    """``argv`` as it may be shown: the value of every option whose name marks a secret
+    (``--api-key S`` and ``--api-key=S``) replaced by ``MASK``."""
+    secrets = secret_names() if secrets is None else secrets
+    out: list[str] = []
+    hide_next = False
+    for token in map(str, argv):
+        if hide_next and not token.startswith("-"):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        opt, eq, _ = token.partition("=")
+        if opt.startswith("-") and len(opt) > 1 and is_secret(opt, secrets):
+            if eq:
+                token = f"{opt}={MASK}"
+            else:
+                hide_next = True
+        out.append(token)
+    return out
+
+
+def mask(name: str, value: Any, secrets: Mapping[str, str] | None = None) -> Any:
+    """``value``, or ``MASK`` when ``name`` marks a secret (``is_secret``)."""
+    return MASK if is_secret(name, secrets) else value
 
 
 def engine_facts() -> EngineFacts:
@@ -225,7 +313,10 @@ def _program(path: str) -> str:
     return ".".join(parts) or p.name
 
 
-def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, volatile: dict) -> list[str]:
+def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, volatile: dict,
+                secrets: Mapping[str, str] | None = None) -> list[str]:
+    """``argv`` without its volatile options and their values, nor any option whose name marks a
+    secret (``is_secret``), nor that option's value. Each one left out is named in ``excluded``."""
     out: list[str] = []
     skip_next = False
     for token in argv:
@@ -234,8 +325,9 @@ def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, vo
             if not token.startswith("-"):
                 continue
         opt = token.split("=", 1)[0]
-        if opt in volatile_argv:
-            excluded[opt] = volatile.get(opt, "settings fingerprint.volatile_argv")
+        secret = is_secret(opt, secrets) if opt.startswith("-") and secrets is not None else ""
+        if opt in volatile_argv or secret:
+            excluded[opt] = secret or volatile.get(opt, "settings fingerprint.volatile_argv")
             skip_next = "=" not in token
             continue
         out.append(token)
@@ -269,7 +361,8 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
                 volatile_argv.add(new)
                 volatile.setdefault(new, volatile.get(old, "settings fingerprint.volatile_argv")
                                     + f" (declared as {old})")
-    argv_part = _strip_argv(spelled, volatile_argv, excluded, volatile)
+    secrets = secret_names(resolution, facts)
+    argv_part = _strip_argv(spelled, volatile_argv, excluded, volatile, secrets)
     if argv_notes:
         included["argv"] += "; " + "; ".join(f"{k}: {v}" for k, v in sorted(argv_notes.items()))
 
@@ -280,13 +373,16 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
     env, notes = facts.canonical_env(selected)
     for name, note in notes.items():
         if name not in env:
-            excluded[name] = note
+            excluded[name] = is_secret(name, secrets) or note
     env_part = {}
     for name in sorted(env):
         prefix = next((p for p in ordered if name.startswith(p)), None)
         if prefix is None:
             continue
-        if name in volatile:
+        secret = is_secret(name, secrets)
+        if secret:
+            excluded[name] = secret
+        elif name in volatile:
             excluded[name] = volatile[name]
         elif name in reserved_vars or name.split("__")[0] in reserved_vars:
             excluded[name] = "reserved name of dsv41_flags"
@@ -298,7 +394,10 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
                 f"; {notes[name]}" if name in notes else "")
     settings_part = {}
     for key, resolved in sorted(resolution.values.items()):
-        if ENV_PREFIX + key in volatile:
+        secret = is_secret(key, secrets)
+        if secret:
+            excluded.setdefault(key, secret)
+        elif ENV_PREFIX + key in volatile:
             excluded.setdefault(key, volatile[ENV_PREFIX + key])
         else:
             settings_part[key] = resolved.value

@@ -48,6 +48,11 @@ RESERVED: dict[str, ReservedName] = {r.key: r for r in (
     ReservedName("EXTERNAL", "variables read by adapters not ported yet: known, not flags",
                  "list", ()),
     ReservedName("FINGERPRINT", "the fingerprint table (prefixes, volatile, volatile_argv)"),
+    ReservedName("SECRET_NAMES", "names that mark a secret, added to the engine's (a variable or "
+                 "launch option whose name holds one is never kept; see fingerprint.is_secret)",
+                 "list", ()),
+    ReservedName("API_KEY", "key sent by set / status --url to the server (DSV41_API_KEY): a "
+                 "secret, read only by the CLI, never kept"),
 )}
 #: every reserved key (settings keys; variables with the DSV41_ prefix): never flags
 RESERVED_KEYS: tuple[str, ...] = tuple(RESERVED)

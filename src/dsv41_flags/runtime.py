@@ -19,7 +19,7 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
 from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
-from dsv41_flags.fingerprint import Fingerprint, compute, own_argv
+from dsv41_flags.fingerprint import Fingerprint, compute, is_secret, own_argv, secret_names
 from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
@@ -783,8 +783,12 @@ def settings_file_list(value: Any) -> list[str] | None:
 
 
 def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``DSV41_*`` variables a snapshot records: neither ``DSV41_SNAPSHOT``, ``DSV41_LAUNCH``
+    nor a secret (``fingerprint.is_secret``: ``DSV41_API_KEY`` and the like are kept nowhere)."""
+    secrets = secret_names()
     return {k: v for k, v in environ.items()
-            if k.startswith(ENV_PREFIX) and k not in (SNAPSHOT_VAR, LAUNCH_VAR)}
+            if k.startswith(ENV_PREFIX) and k not in (SNAPSHOT_VAR, LAUNCH_VAR)
+            and not is_secret(k, secrets)}
 
 
 def snapshot_differences(launch_env: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:

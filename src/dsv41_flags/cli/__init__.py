@@ -19,7 +19,8 @@ from dsv41_flags.cli.output import console, err, out, safe
 from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.names import RESERVED, suggest
-from dsv41_flags.fingerprint import compute, prefix_sources
+from dsv41_flags.fingerprint import (MASK, compute, is_secret, masked_argv, prefix_sources,
+                                     secret_names)
 from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.runtime import Runtime, resolve_launch
 from dsv41_flags.resolution import _jsonable
@@ -152,6 +153,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     features, resolution, fdir = _load(settings, profile, as_json)
     launch = list(ctx.args)
     fp = compute(resolution, features, launch, os.environ)
+    launch = masked_argv(launch, secret_names(resolution))   # as shown: no secret value
     fp_for = (f"for the launch command {' '.join(launch)}" if launch else
               "for an empty launch command (the real launch's: dsv41-flags fingerprint -- CMD, "
               "or dsv41-flags status -- CMD)")
@@ -341,7 +343,12 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         _fail(FlagsError(msg), as_json)
         return
     # one path for every key kind: the chain, each layer valid or INVALID, the winner marked
-    data["keys"] = {k: _explained(*chains[k]) for k in shown}
+    secrets = secret_names(resolution)
+    data["keys"] = {k: _masked(_explained(*chains[k])) if is_secret(k, secrets)
+                    else _explained(*chains[k]) for k in shown}
+    for o in data.get("options", ()):
+        if is_secret(o["key"], secrets):
+            o["default"] = MASK
     bad = [p for p in resolution.problems if p.key in shown and p.severity == "error"]
     data["problems"] = [p.message for p in resolution.problems if p.key in shown]
     if as_json:
@@ -375,6 +382,12 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
             out.print(f"    {i + 1}. {layer['source']}: {layer['raw']!r}{mark}", highlight=False)
     if bad:
         raise typer.Exit(1)
+
+
+def _masked(explained: dict) -> dict:
+    """``_explained`` of a key whose name marks a secret: every value shown as ``MASK``."""
+    return {**explained, "value": MASK, "chain": [[source, MASK] for source, _ in explained["chain"]],
+            "layers": [{**layer, "raw": MASK} for layer in explained["layers"]]}
 
 
 def _kind_of(option) -> tuple:
@@ -505,10 +518,12 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
     fa, ra, _ = _load(settings, profile_a, as_json)
     fb, rb, _ = _load(settings, profile_b, as_json)
     keys = sorted(set(ra.values) | set(rb.values))
+    secrets = secret_names(ra)
     changes = [{"key": k, "a": _value(ra, k), "b": _value(rb, k),
                 "a_source": ra.values[k].source if k in ra.values else None,
                 "b_source": rb.values[k].source if k in rb.values else None}
                for k in keys if _value(ra, k) != _value(rb, k)]
+    changes = [{**c, "a": MASK, "b": MASK} if is_secret(c["key"], secrets) else c for c in changes]
     fpa, fpb = compute(ra, fa, [], os.environ), compute(rb, fb, [], os.environ)
     data = {"a": profile_a, "b": profile_b, "changes": changes, "fingerprint_a": fpa.digest,
             "fingerprint_b": fpb.digest, "fingerprints_differ": fpa.digest != fpb.digest,

@@ -45,12 +45,15 @@ class EngineFacts:
     (``--port``) that never changes a tuned kernel -> why; canonical_env: ``environ -> (env,
     notes)``, the variables renamed as the engine reads them (legacy spellings), with a note per
     renamed or overridden name; canonical_argv: ``argv -> (argv, notes)``, the launch command
-    (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations).
+    (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations);
+    secrets: secret name (parts joined by ``-``, e.g. ``api-key``) -> why: a variable or launch
+    option whose name holds one is a secret, never kept (``fingerprint.is_secret``).
     """
 
     engine: str
     prefixes: Mapping[str, str]
     volatile: Mapping[str, str]
+    secrets: Mapping[str, str] = field(default_factory=dict)
     canonical_env: Callable[[Mapping[str, str]], tuple[dict[str, str], dict[str, str]]] = \
         field(default=lambda environ: (dict(environ), {}))
     canonical_argv: Callable[[list[str]], tuple[list[str], dict[str, str]]] = \

@@ -1,0 +1,191 @@
+"""Secrets are never kept: a launch option or variable whose name marks a secret (the rule of
+``fingerprint.is_secret``: the core's secret names, the engine adapter's, the settings'
+``secret_names``) never enters the fingerprint, and its value is written nowhere: not in the
+sidecar, the snapshot, the events, ``fingerprint --explain``, ``status``, ``explain``, ``--json``
+or an error. Where a value must be shown it is ``***``."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsv41_flags.engines import EngineFacts
+from dsv41_flags.fingerprint import CORE_SECRETS, MASK, compute, is_secret, name_parts, secret_names
+
+from ..conftest import REPO_SETTINGS
+
+def sglang_facts():
+    from dsv41_flags.engines.sglang import FINGERPRINT
+
+    return FINGERPRINT
+
+
+SECRET = ["--api-key", "--admin-api-key", "--ssl-keyfile-password", "--api-key-file",
+          "SGLANG_HF_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY",
+          "OPENAI_APIKEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "SGLANG_AUTH_TOKEN",
+          "DSV41_API_KEY", "NCCL_SOME_PASSWORD", "db.Password", "MY_CREDENTIALS",
+          "SGLANG_API_TOKEN", "--Api-Key"]
+NOT_SECRET = ["--kv-cache-dtype", "--key-dtype", "SGLANG_USE_AITER_FP8_PER_TOKEN",
+              "SGLANG_LOG_DECODE_GRAPH_KEY", "--max-total-tokens", "--skip-tokenizer-init",
+              "--ssl-keyfile", "--ssl-certfile", "SGLANG_INIT_NEW_TOKEN_RATIO",
+              "SGLANG_KV_CANARY_ENABLE_TOKEN_ORACLE", "--tokenizer-path", "SGLANG_PASSES",
+              "--speculative-token-map", "--keyboard", "SGLANG_SECRETARY", "--tp"]
+
+
+@pytest.mark.parametrize("name", SECRET)
+def test_names_that_mark_a_secret(name):
+    assert is_secret(name, secret_names(facts=sglang_facts())).startswith("secret: the name holds")
+
+
+@pytest.mark.parametrize("name", NOT_SECRET)
+def test_names_that_mark_no_secret(name):
+    """A bare key or token names a kernel setting in an inference engine: it stays in the
+    fingerprint; a secret name matches whole parts only (SECRETARY is no SECRET)."""
+    assert is_secret(name, secret_names(facts=sglang_facts())) == ""
+
+
+def test_every_sglang_option_that_holds_a_secret_is_marked():
+    """The option table shipped for sglang: exactly its key and password options are secrets."""
+    from dsv41_flags.engines.sglang import FINGERPRINT
+
+    table = json.loads((Path(__file__).parents[2] / "src/dsv41_flags/_data/sglang_options.json")
+                       .read_text())["options"]
+    secrets = secret_names(facts=FINGERPRINT)
+    assert sorted(o for o in table if is_secret(o, secrets)) == [
+        "--admin-api-key", "--api-key", "--ssl-keyfile-password"]
+
+
+def test_name_parts_split_on_dashes_underscores_dots_and_spaces():
+    assert name_parts("--ssl-keyfile-password") == ("ssl", "keyfile", "password")
+    assert name_parts("SGLANG_HF__TOKEN") == ("sglang", "hf", "token")
+    assert name_parts("a.b c") == ("a", "b", "c")
+
+
+def test_the_settings_add_secret_names(tmp_path):
+    from dsv41_flags.runtime import resolve_launch
+
+    s = tmp_path / "s.toml"
+    s.write_text('[default]\nsecret_names = ["license-blob"]\n')
+    features, resolution, _ = resolve_launch([str(s)], None)
+    secrets = secret_names(resolution, facts=sglang_facts())
+    assert "license-blob" in secrets and set(CORE_SECRETS) <= set(secrets)
+    fp = compute(resolution, features, ["python", "-m", "sglang.launch_server", "--license-blob",
+                                        "S3CRETL", "--tp", "2"],
+                 {"SGLANG_LICENSE_BLOB": "S3CRETM"}, facts=sglang_facts())
+    assert "S3CRET" not in json.dumps(fp.payload) + json.dumps(fp.excluded)
+    assert "--license-blob" in fp.excluded and "SGLANG_LICENSE_BLOB" in fp.excluded
+
+
+def test_a_secret_never_changes_the_fingerprint():
+    from dsv41_flags.runtime import resolve_launch
+
+    features, resolution, _ = resolve_launch([str(REPO_SETTINGS)], None)
+    base = ["python", "-m", "sglang.launch_server", "--tp", "2"]
+    one = compute(resolution, features, base + ["--api-key", "A", "--admin-api-key=B"],
+                  {"SGLANG_HF_TOKEN": "C"}, facts=sglang_facts())
+    two = compute(resolution, features, base + ["--api-key", "X", "--admin-api-key=Y"],
+                  {"SGLANG_HF_TOKEN": "Z"}, facts=sglang_facts())
+    assert one.digest == two.digest == compute(resolution, features, base, {}, facts=sglang_facts()).digest
+
+
+# ------------------------------------------------------------------ end to end: grep everything
+SECRETS = {"A": "S3CRETA", "B": "S3CRETB", "C": "S3CRETC", "D": "S3CRETD", "E": "S3CRETE",
+           "F": "S3CRETF"}
+LAUNCH = ["python", "-m", "sglang.launch_server", "--api-key", SECRETS["A"],
+          f"--admin-api-key={SECRETS['B']}", "--ssl-keyfile-password", SECRETS["F"], "--tp", "2"]
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    e.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "cache"),
+             SGLANG_HF_TOKEN=SECRETS["C"], DSV41_API_KEY=SECRETS["D"], SGL_API_TOKEN=SECRETS["E"],
+             DSV41_SETTINGS=str(REPO_SETTINGS), DSV41_LOG_FORMAT="json", TMPDIR=str(tmp_path))
+    src = str(Path(__file__).parents[2] / "src")
+    e["PYTHONPATH"] = src + os.pathsep + e.get("PYTHONPATH", "") if e.get("PYTHONPATH") else src
+    return e
+
+
+MAIN = "import sys; sys.argv[0] = 'dsv41-flags'; from dsv41_flags.cli import main; main()"
+
+
+def cli(env, *args, cwd):
+    return subprocess.run([sys.executable, "-c", MAIN, *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=180)
+
+
+def assert_no_secret(text: str, where: str):
+    found = [s for s in SECRETS.values() if s in text]
+    assert not found, f"{where} holds {found}"
+
+
+def test_no_secret_in_any_output_file_event_or_snapshot(env, tmp_path):
+    side = tmp_path / "side.json"
+    outputs = {}
+    for args in (["fingerprint", "--write", str(side), "--explain", "--", *LAUNCH],
+                 ["fingerprint", "--explain", "--json", "--", *LAUNCH],
+                 ["fingerprint", "--diff", str(side), "--json", "--", *LAUNCH[:-2]],
+                 ["fingerprint", "--diff", str(side), "--", *LAUNCH[:-2]],
+                 ["status", "--", *LAUNCH], ["status", "--json", "--", *LAUNCH],
+                 ["explain", "API_KEY"], ["explain", "SECRET_NAMES", "--json"],
+                 ["validate", "--json"], ["check"], ["check", "--json"]):
+        r = cli(env, *args, cwd=tmp_path)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+        outputs[" ".join(args)] = r.stdout + r.stderr
+    assert "--api-key" in outputs[f"fingerprint --write {side} --explain -- {' '.join(LAUNCH)}"]
+    assert side.is_file()
+    # a launch under run: the child's events (stderr) and the snapshot it received
+    probe = ("import os, sys\n"
+             "raw = os.environ.get('DSV41_SNAPSHOT', '')\n"
+             "if raw.startswith('file:'):\n"
+             "    raw = open(raw[5:].split('#')[0]).read()\n"
+             "print('SNAPSHOT', raw)\n")
+    r = subprocess.run([sys.executable, "-c", MAIN, "run", "--", sys.executable, "-c",
+                        probe, "--api-key", SECRETS["A"]], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "SNAPSHOT {" in r.stdout and "flags.resolved" in r.stderr
+    outputs["run"] = r.stdout + r.stderr
+    for where, text in outputs.items():
+        assert_no_secret(text, where)
+    assert_no_secret(side.read_text(), "the sidecar")
+    for path in tmp_path.rglob("*"):   # spilled snapshots, caches, anything written
+        if path.is_file():
+            assert_no_secret(path.read_text(errors="replace"), str(path))
+
+
+def test_a_secret_option_of_a_feature_is_shown_as_the_mask(tmp_path, env):
+    fdir = tmp_path / "features"
+    fdir.mkdir()
+    (fdir / "remote_cache.py").write_text(
+        "from dsv41_flags import Feature, Option\n"
+        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
+        "    summary='a cache behind a password', engine='',\n"
+        "    options=(Option('password', 'str', default=''), Option('size', 'int', default=1)))\n")
+    (tmp_path / "settings.toml").write_text(
+        '[default]\nremote_cache = true\nremote_cache_password = "S3CRETA"\n')
+    env = {**env, "DSV41_SETTINGS": str(tmp_path / "settings.toml"),
+           "DSV41_FEATURES_DIR": str(fdir), "DSV41_REMOTE_CACHE_PASSWORD": SECRETS["B"]}
+    for args in (["status"], ["status", "--json"], ["explain", "remote_cache"],
+                 ["explain", "remote_cache_password", "--json"], ["fingerprint", "--explain"],
+                 ["fingerprint", "--explain", "--json"]):
+        r = cli(env, *args, cwd=tmp_path)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+        assert_no_secret(r.stdout + r.stderr, " ".join(args))
+        if args[0] != "fingerprint":
+            assert MASK in r.stdout, (args, r.stdout)
+
+
+@pytest.mark.parametrize("argv,shown", [
+    (["x", "--api-key", "S", "--tp", "2"], ["x", "--api-key", MASK, "--tp", "2"]),
+    (["x", "--admin-api-key=S", "--port=1"], ["x", f"--admin-api-key={MASK}", "--port=1"]),
+    (["x", "--api-key", "--tp", "2"], ["x", "--api-key", "--tp", "2"]),
+    (["x", "--ssl-keyfile-password", "S", "--ssl-keyfile", "k.pem"],
+     ["x", "--ssl-keyfile-password", MASK, "--ssl-keyfile", "k.pem"]),
+])
+def test_a_launch_command_is_shown_without_secret_values(argv, shown):
+    from dsv41_flags.fingerprint import masked_argv
+
+    assert masked_argv(argv, secret_names(facts=sglang_facts())) == shown
