@@ -190,12 +190,18 @@ class Runtime:
 
     def option_report(self, feature: Feature) -> dict[str, dict[str, Any]]:
         """Option name -> ``{"value", "source"}`` (source as for flags; ``default`` for an option
-        the snapshot does not know)."""
+        the snapshot does not know), as reported (events, ``status``): the value of an option
+        whose key marks a secret (``fingerprint.is_secret``) is ``fingerprint.MASK``."""
+        from dsv41_flags.fingerprint import MASK, is_secret, secret_names
+
+        secrets = secret_names(self.resolution)
         out = {}
         for o in feature.options:
             r = self.resolution.values.get(feature.option_key(o))
             out[o.name] = ({"value": r.value, "source": r.source} if r is not None
                            else {"value": o.default, "source": "default"})
+            if is_secret(feature.option_key(o), secrets):
+                out[o.name]["value"] = MASK
         return out
 
     def armed(self) -> list[Feature]:

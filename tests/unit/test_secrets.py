@@ -168,6 +168,11 @@ def test_a_secret_option_of_a_feature_is_shown_as_the_mask(tmp_path, env):
         '[default]\nremote_cache = true\nremote_cache_password = "S3CRETA"\n')
     env = {**env, "DSV41_SETTINGS": str(tmp_path / "settings.toml"),
            "DSV41_FEATURES_DIR": str(fdir), "DSV41_REMOTE_CACHE_PASSWORD": SECRETS["B"]}
+    probe = "import dsv41_flags; dsv41_flags.activate()"
+    r = subprocess.run([sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=180)
+    assert "flags.resolved" in r.stderr and MASK in r.stderr, r.stderr
+    assert_no_secret(r.stdout + r.stderr, "the events")
     for args in (["status"], ["status", "--json"], ["explain", "remote_cache"],
                  ["explain", "remote_cache_password", "--json"], ["fingerprint", "--explain"],
                  ["fingerprint", "--explain", "--json"]):
