@@ -332,3 +332,10 @@ def test_set_shows_hostile_text_escaped(cli, server, text):
     r = cli("set", "folded_fence=on", "--url", server.url)
     assert r.exit_code == 1 and len(lines(r)) == 1
     _assert_shown_safely(r.output, text)
+
+
+@pytest.mark.parametrize("body", [b'{"detail": "Not Found"}', b"<html>404</html>"])
+def test_a_server_without_the_routes_says_so(cli, server, body):
+    server.answer(body, 404)
+    r = cli("status", "--url", server.url)
+    assert r.exit_code == 1 and len(lines(r)) == 1 and "no dsv41_flags routes" in r.output

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import Any, Mapping
 
 from dsv41_flags.live import SwitchError
 
@@ -70,11 +70,13 @@ def _exchange(url: str, method: str, body: Any, api_key: str | None, timeout_s: 
 
 
 def call_json(url: str, *, method: str = "GET", body: Any = None, api_key: str | None = None,
-              timeout_s: float, max_bytes: int = MAX_ANSWER_BYTES) -> tuple[int, Any]:
+              timeout_s: float, max_bytes: int = MAX_ANSWER_BYTES,
+              errors: Mapping[int, str] | None = None) -> tuple[int, Any]:
     """``(status, answer)`` of ``method url`` with ``body`` as JSON (None: no body), the answer
     decoded from JSON (any JSON value: the caller checks its shape).
 
-    Raises ``Refused`` on HTTP 401 or 403; SwitchError when the server cannot be reached, gives
+    Raises ``Refused`` on HTTP 401 or 403; SwitchError with ``errors[status]`` when the status
+    is one of ``errors`` (whatever the body); SwitchError when the server cannot be reached, gives
     no complete answer within ``timeout_s`` seconds (connect, send and read together), answers
     more than ``max_bytes`` bytes, or answers something that is not JSON. No message holds the
     key."""
@@ -96,6 +98,8 @@ def call_json(url: str, *, method: str = "GET", body: Any = None, api_key: str |
     status, raw = box["answer"]
     if status in (401, 403):
         raise Refused(f"{url}: the server refused the call (HTTP {status})", status)
+    if errors and status in errors:
+        raise SwitchError(errors[status])
     try:
         return status, json.loads(raw.decode("utf-8"))
     except RecursionError:
