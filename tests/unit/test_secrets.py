@@ -194,3 +194,15 @@ def test_a_launch_command_is_shown_without_secret_values(argv, shown):
     from dsv41_flags.fingerprint import masked_argv
 
     assert masked_argv(argv, secret_names(facts=sglang_facts())) == shown
+
+
+def test_a_diff_against_an_old_sidecar_holding_secrets_shows_them_masked(env, tmp_path):
+    side = tmp_path / "old.launch"
+    side.write_text(json.dumps({"fingerprint": "0" * 64, "payload": {
+        "argv": ["sglang.launch_server", "--api-key", SECRETS["A"]],
+        "env": {"SGLANG_HF_TOKEN": SECRETS["C"]}, "settings": {}}}))
+    for extra in ([], ["--json"]):
+        r = cli(env, "fingerprint", "--diff", str(side), *extra, "--", *LAUNCH, cwd=tmp_path)
+        assert r.returncode == 1, r.stderr
+        assert_no_secret(r.stdout + r.stderr, "fingerprint --diff")
+        assert MASK in r.stdout

@@ -384,6 +384,21 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         raise typer.Exit(1)
 
 
+def _masked_changes(changes: list[dict], secrets) -> list[dict]:
+    """``cache_keeping.diff`` changes as they may be shown: secret values (of an older sidecar,
+    say) as ``MASK``, in argv (``masked_argv``) and under a secret name."""
+    out = []
+    for c in changes:
+        if c["part"] == "argv":
+            c = {**c, **{side: masked_argv(c[side], secrets) if isinstance(c[side], list) else c[side]
+                         for side in ("old", "new")}}
+        elif is_secret(c["key"], secrets):
+            c = {**c, "old": MASK if c["old"] is not None else None,
+                 "new": MASK if c["new"] is not None else None}
+        out.append(c)
+    return out
+
+
 def _masked(explained: dict) -> dict:
     """``_explained`` of a key whose name marks a secret: every value shown as ``MASK``."""
     return {**explained, "value": MASK, "chain": [[source, MASK] for source, _ in explained["chain"]],
@@ -458,7 +473,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         elif side.payload is None:
             data["diff"] = {"sidecar": str(diff), "same": False, "reason": side.error}
         else:
-            changes = payload_diff(side.payload, fp.payload)
+            changes = _masked_changes(payload_diff(side.payload, fp.payload), secret_names(resolution))
             data["diff"] = {"sidecar": str(diff), "same": side.digest == fp.digest, "changes": changes}
     if write:  # after --diff: comparing with the file being replaced must see the old one
         try:
