@@ -339,3 +339,9 @@ def test_a_server_without_the_routes_says_so(cli, server, body):
     server.answer(body, 404)
     r = cli("status", "--url", server.url)
     assert r.exit_code == 1 and len(lines(r)) == 1 and "no dsv41_flags routes" in r.output
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "3601", "nan", "soon"])
+def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(cli, value):
+    r = cli("status", "--url", "http://127.0.0.1:1", "--timeout", value)
+    assert r.exit_code == 2 and "--timeout" in r.output

@@ -121,7 +121,16 @@ ApiKeyOpt = typer.Option(None, "--api-key", metavar="KEY", envvar="DSV41_API_KEY
                          help="the server's admin key (its --admin-api-key; its --api-key when it "
                               "has none), sent as a bearer key; default DSV41_API_KEY (out of shell "
                               "history). Never printed.")
-TimeoutOpt = typer.Option(65.0, "--timeout", metavar="SECONDS", min=0.1, max=3600.0,
+
+
+def _seconds(value: float) -> float:
+    """``--timeout``: a number of seconds in (0, 3600], else a usage error naming the option."""
+    if not 0 < value <= 3600:
+        raise typer.BadParameter(f"{value:g} is not a number of seconds in (0, 3600]")
+    return value
+
+
+TimeoutOpt = typer.Option(65.0, "--timeout", metavar="SECONDS", callback=_seconds,
                           help="one deadline for the whole call to the server (connect and read)")
 
 
