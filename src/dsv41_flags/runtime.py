@@ -19,7 +19,7 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
 from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
-from dsv41_flags.fingerprint import Fingerprint, compute, is_secret, own_argv, secret_names
+from dsv41_flags.fingerprint import MASK, Fingerprint, compute, is_secret, own_argv, secret_names
 from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
@@ -192,8 +192,6 @@ class Runtime:
         """Option name -> ``{"value", "source"}`` (source as for flags; ``default`` for an option
         the snapshot does not know), as reported (events, ``status``): the value of an option
         whose key marks a secret (``fingerprint.is_secret``) is ``fingerprint.MASK``."""
-        from dsv41_flags.fingerprint import MASK, is_secret, secret_names
-
         secrets = secret_names(self.resolution)
         out = {}
         for o in feature.options:

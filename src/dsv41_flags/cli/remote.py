@@ -20,6 +20,8 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from dsv41_flags.cli.output import err, out, safe_text
+from dsv41_flags.engines import adapter
+from dsv41_flags.engines.http_client import Refused
 from dsv41_flags.live import SwitchError, parse_assignment, parse_value
 
 #: the variable ``--api-key`` defaults to (kept out of shell history)
@@ -156,8 +158,6 @@ def _refused_message(exc: Exception, api_key: str | None) -> str:
 
 def _call(send: Callable[[], Any], api_key: str | None) -> tuple[Any, str]:
     """``(answer, error)`` of one call to the server: an error text when it cannot be asked."""
-    from dsv41_flags.engines.http_client import Refused
-
     try:
         return send(), ""
     except Refused as exc:
@@ -224,8 +224,6 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
     except SwitchError as exc:
         _fail(str(exc), as_json, emit_json, code=2)
     url = check_url(url, err, as_json, emit_json)
-    from dsv41_flags.engines import adapter
-
     data, error = _call(lambda: adapter().remote_switch(url, name, value, by or _who(),
                                                         api_key=api_key, timeout_s=timeout_s),
                         api_key)
@@ -257,8 +255,6 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
     ranks are on different generations (``generations_agree`` is null when no rank answered);
     2 when ``url`` is not an http:// URL."""
     url = check_url(url, err, as_json, emit_json)
-    from dsv41_flags.engines import adapter
-
     data, error = _call(lambda: adapter().remote_status(url, api_key=api_key, timeout_s=timeout_s),
                         api_key)
     if error:

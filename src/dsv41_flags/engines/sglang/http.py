@@ -10,9 +10,9 @@ way the offline Engine binds it) and wait for the reply in a worker thread; and 
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from dsv41_flags.engines.http_client import call_json
 from dsv41_flags.engines.sglang.rpc import RPC_TIMEOUT_S, SET_METHOD, STATUS_METHOD, RpcClient
 from dsv41_flags.live import BUILTIN, SwitchError, check_declared, feature_name
 from dsv41_flags.status import process_status
@@ -115,8 +115,6 @@ def _http(url: str, path: str, body: dict | None, timeout_s: float,
     shape is the caller's to check), through ``engines.http_client.call_json`` (one deadline,
     a size cap, ``api_key`` as sglang's bearer key). Raises SwitchError (``Refused`` on 401/403)
     when the server cannot be asked, and on 404 (no dsv41_flags routes there)."""
-    from dsv41_flags.engines.http_client import call_json
-
     full = url.rstrip("/") + path
     missing = (f"{full}: 404, the server has no dsv41_flags routes (is dsv41_flags installed in "
                f"the server's environment, with a live feature declared?)")
