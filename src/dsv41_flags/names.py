@@ -8,6 +8,10 @@ Standard library only: every process imports this, a child activating from the s
 from typing import Any, Iterable, NamedTuple
 
 ENV_PREFIX = "DSV41_"
+#: the source of a key that no settings file and no variable sets: its declared default (the
+#: feature's ``Option.default`` / ``Feature.default``, or a reserved name's default). Never
+#: "default", which would read as the ``[default]`` profile.
+DECLARED_DEFAULT = "declared default"
 
 
 class ReservedName(NamedTuple):
@@ -67,9 +71,22 @@ LAUNCH_VAR = RESERVED["LAUNCH"].variable
 
 
 def suggest(name: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:
-    """``"; did you mean X?"`` for the closest of ``candidates`` to ``name`` (difflib ratio at
-    least ``cutoff``), or ``""``. The one suggestion of every "matches nothing" message."""
+    """``"; did you mean X?"`` for the candidate that resembles ``name`` most, or ``""`` when none
+    does. The one suggestion of every "matches nothing" message (variables, settings keys,
+    fingerprint settings, feature names).
+
+    Names are compared without the ``DSV41_`` prefix and without case (``DSV41_FOLDED_FENSE`` is
+    compared as ``FOLDED_FENSE``), so the shared prefix never makes two names look alike: with
+    ``difflib``'s ratio of the remaining parts at least ``cutoff``. ``X`` is the candidate as
+    given (prefix included)."""
     import difflib
 
-    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=cutoff)
-    return f"; did you mean {match[0]}?" if match else ""
+    def bare(text: str) -> str:
+        upper = text.upper()
+        return upper[len(ENV_PREFIX):] if upper.startswith(ENV_PREFIX) else upper
+
+    by_bare: dict[str, str] = {}
+    for candidate in candidates:
+        by_bare.setdefault(bare(candidate), candidate)
+    match = difflib.get_close_matches(bare(name), list(by_bare), n=1, cutoff=cutoff)
+    return f"; did you mean {by_bare[match[0]]}?" if match else ""

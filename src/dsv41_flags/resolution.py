@@ -24,7 +24,7 @@ class Resolved(NamedTuple):
 
     key: setting key (``FOLDED_FENCE``); feature: owning feature name ("" for reserved keys);
     option: option name or None for a flag; value: typed value; source: where the final value came
-    from (``default`` / ``<file> [<section>]`` / ``env DSV41_<KEY>``); chain: every
+    from (``declared default`` / ``<file> [<section>]`` / ``env DSV41_<KEY>``); chain: every
     ``(source, raw value)`` in order of precedence, lowest first.
     """
 

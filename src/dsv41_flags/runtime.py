@@ -24,7 +24,7 @@ from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_p
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
 from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
-from dsv41_flags.names import ENV_PREFIX, LAUNCH_VAR, SNAPSHOT_VAR
+from dsv41_flags.names import DECLARED_DEFAULT, ENV_PREFIX, LAUNCH_VAR, SNAPSHOT_VAR
 from dsv41_flags.patch import InstallContext, Ledger
 from dsv41_flags.resolution import Resolution
 from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
@@ -197,7 +197,7 @@ class Runtime:
         for o in feature.options:
             r = self.resolution.values.get(feature.option_key(o))
             out[o.name] = ({"value": r.value, "source": r.source} if r is not None
-                           else {"value": o.default, "source": "default"})
+                           else {"value": o.default, "source": DECLARED_DEFAULT})
             if is_secret(feature.option_key(o), secrets):
                 out[o.name]["value"] = MASK
         return out

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.names import (ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
+from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
 from dsv41_flags.errors import Problem, SettingsError
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
@@ -420,7 +420,7 @@ def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
     """Cast one layer of a key's chain: a variable's text (``env ...``) or a declared default by
     ``caster``; a settings file's value (``<file> [<section>]``) first through
     ``check_file_value`` (strict TOML type, decimal literal), then ``caster``. Raises CastError."""
-    if kind and origin != "default" and not origin.startswith("env "):
+    if kind and origin != DECLARED_DEFAULT and not origin.startswith("env "):
         path, _, section = origin.rpartition(" [")
         check_file_value(kind, raw, _literal(path, section.rstrip("]"), key))
     return caster(raw)
@@ -482,8 +482,8 @@ def reserved_settings(settings, environ: Mapping[str, str], problems: list[Probl
         reserved[key] = value if (chain and ok) else default
         if resolved is not None:
             resolved[key] = Resolved(key, "", None, reserved[key],
-                                     source if (chain and ok) else "default",
-                                     (("default", default),) + tuple(chain))
+                                     source if (chain and ok) else DECLARED_DEFAULT,
+                                     ((DECLARED_DEFAULT, default),) + tuple(chain))
         if key == "FEATURES_DIR" and chain and ok and value:
             src = chain[-1][0]
             base = Path(src.rsplit(" [", 1)[0]).parent if not src.startswith("env ") else Path.cwd()
@@ -516,7 +516,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     for feature in features:
         for key, option in feature.keys().items():
             declared = feature.default if option is None else option.default
-            chain = [("default", declared)] + _history(settings, key, environ)
+            chain = [(DECLARED_DEFAULT, declared)] + _history(settings, key, environ)
             if option is None:
                 what, caster = f"flag {key} (feature {feature.name})", cast_bool
             else:

@@ -27,7 +27,7 @@ def test_dynaconf_own_variables_are_ignored_and_reported(make_runtime, tmp_path)
                                           "SETTINGS_FILE_FOR_DYNACONF": str(other),
                                           "ENVIRONMENTS_FOR_DYNACONF": "false", "ENV_FOR_DYNACONF": "tp4"})
     assert rt.resolution.values["FOLDED_FENCE"].value is False
-    assert rt.resolution.values["FOLDED_FENCE"].source == "default"
+    assert rt.resolution.values["FOLDED_FENCE"].source == "declared default"
     assert rt.resolution.strict is True
     note = " ".join(rt.resolution.notes)
     for name in ("DYNACONF_FOLDED_FENCE", "SETTINGS_FILE_FOR_DYNACONF", "ENV_FOR_DYNACONF"):

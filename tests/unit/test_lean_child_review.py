@@ -161,5 +161,5 @@ def test_errors_and_records_survive_pickling_as_multiprocessing_sends_them():
     for exc in (SnapshotError("s"), DeclarationError("d"), DriftError("x"), ActivationError("a"), SwitchError("w")):
         back = pickle.loads(pickle.dumps(exc))
         assert type(back) is type(exc) and str(back) == str(exc)
-    st = FeatureState("f", "installed", True, "default", "t", patches=("A.b",))
+    st = FeatureState("f", "installed", True, "declared default", "t", patches=("A.b",))
     assert pickle.loads(pickle.dumps(st)) == st

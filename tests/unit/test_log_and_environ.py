@@ -271,7 +271,7 @@ def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
     assert values["AUTOTUNE_KEEP"].value is True
     assert values["AUTOTUNE_KEEP"].source == "env DSV41_AUTOTUNE_KEEP"
     assert [s for s, _ in values["AUTOTUNE_KEEP"].chain] == [
-        "default", f"{settings} [default]", "env DSV41_AUTOTUNE_KEEP"]
+        "declared default", f"{settings} [default]", "env DSV41_AUTOTUNE_KEEP"]
     amb = ambient.resolution.values
     assert amb["FOLDED_FENCE"].value is False and amb["FOLDED_FENCE"].source == f"{settings} [default]"
     assert amb["AUTOTUNE_KEEP"].value is False and amb["AUTOTUNE_KEEP"].chain[-1] == (

@@ -238,7 +238,7 @@ def test_option_values_and_sources_in_the_boot_report(launch, dsv41_flags_runtim
     kit.activate({"cap_new_tokens": True}, {"cap_new_tokens": {"cap": 7}}, features_dir=launch.dir / "features")
     resolved = kit.events("flags.resolved")[0]["features"]["cap_new_tokens"]
     assert resolved["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
-    assert resolved["options"]["ratio"] == {"value": 0.5, "source": "default"}
+    assert resolved["options"]["ratio"] == {"value": 0.5, "source": "declared default"}
 
 
 def test_option_values_and_sources_in_status(launch, cli):
@@ -247,7 +247,7 @@ def test_option_values_and_sources_in_status(launch, cli):
     assert data["features"][0]["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
     human = cli("status", env=env).stdout
     assert "option cap = 7  from env DSV41_CAP_NEW_TOKENS_CAP" in human
-    assert f"option ratio = 0.5  from default" in human
+    assert "option ratio = 0.5  from declared default" in human
 
 
 # ------------------------------------------------------------------ 8: explain
@@ -263,7 +263,8 @@ def test_explain_shows_the_winner_and_marks_invalid_layers(cli, tmp_path):
     r = cli("explain", "folded_fence", "-s", str(s), env=env)
     assert f"FOLDED_FENCE = True  (from {s} [default]" in r.stdout
     assert "env DSV41_FOLDED_FENCE: 'maybe'  <- INVALID" in r.stdout
-    assert "= False (from default)" not in r.stdout
+    assert "= False (from declared default)" not in r.stdout
+    assert "declared default: False" in r.stdout
 
 
 # ------------------------------------------------------------------ 9: one meaning per text

@@ -24,7 +24,7 @@ def test_env_variable_overrides_with_source(make_runtime):
     rt = make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "1", "DSV41_AUTOTUNE_KEEP": "1"})
     ff = rt.resolution.values["FOLDED_FENCE"]
     assert ff.value is True and ff.source == "env DSV41_FOLDED_FENCE"
-    assert [s for s, _ in ff.chain][0] == "default"
+    assert [s for s, _ in ff.chain][0] == "declared default"
     assert ff.chain[-1] == ("env DSV41_FOLDED_FENCE", "1")
     assert [f.name for f in rt.armed()] == ["autotune_keep", "folded_fence"]
 
@@ -166,3 +166,38 @@ def test_any_variable_text_resolves_or_gives_the_documented_error(make_runtime, 
     else:
         assert isinstance(rt.resolution.values["FOLDED_FENCE"].value, bool)
         assert 1 <= rt.options(rt.features["autotune_keep"])["keep_old"] <= 100
+
+
+# ------------------------------------------------------------------ did you mean
+RESERVED_VARS = sorted(f"DSV41_{k}" for k in ("ENV", "SETTINGS", "SNAPSHOT", "STRICT", "FEATURES_DIR",
+                                               "LOG_FORMAT", "LOG_LEVEL", "RANK_GUARD", "EXTERNAL",
+                                               "FINGERPRINT"))
+
+
+@pytest.mark.parametrize("name,candidates,expected", [
+    # the shared prefix never makes two names alike: nothing resembles the part after it
+    ("DSV41_FOLDED_FENCE", RESERVED_VARS + ["DSV41_MY_FIX"], ""),
+    ("DSV41_FOO", RESERVED_VARS + ["DSV41_MY_FIX"], ""),
+    ("DSV41_FO", RESERVED_VARS, ""),
+    # a name that resembles the part after the prefix is suggested whole
+    ("DSV41_FOLDED_FENSE", RESERVED_VARS + ["DSV41_FOLDED_FENCE"], "; did you mean DSV41_FOLDED_FENCE?"),
+    ("DSV41_LOGLEVEL", RESERVED_VARS, "; did you mean DSV41_LOG_LEVEL?"),
+    ("DSV41_STRCT", RESERVED_VARS, "; did you mean DSV41_STRICT?"),
+    ("dsv41_my_fx", RESERVED_VARS + ["DSV41_MY_FIX"], "; did you mean DSV41_MY_FIX?"),
+    # settings keys (no prefix) and other names: the same rule
+    ("folded_fense", ["folded_fence", "log_level"], "; did you mean folded_fence?"),
+    ("prefix", ["prefixes", "volatile", "volatile_argv"], "; did you mean prefixes?"),
+    ("foo", ["env", "log_level"], ""),
+])
+def test_did_you_mean_compares_the_part_after_the_prefix(name, candidates, expected):
+    from dsv41_flags.names import suggest
+
+    assert suggest(name, candidates) == expected
+
+
+def test_unknown_variable_suggests_nothing_when_nothing_resembles_it(make_runtime):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE, env={"DSV41_FOO": "1"})
+    message = str(exc.value)
+    assert "DSV41_FOO matches no flag, option or reserved name" in message
+    assert "did you mean" not in message
