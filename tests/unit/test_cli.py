@@ -75,7 +75,7 @@ def test_explain_chain(cli, tmp_path):
             env={"DSV41_FOLDED_FENCE": "off"})
     data = json.loads(r.stdout)
     chain = data["keys"]["FOLDED_FENCE"]["chain"]
-    assert [c[0] for c in chain] == ["default", f"{s} [default]", f"{s} [tp3]", "env DSV41_FOLDED_FENCE"]
+    assert [c[0] for c in chain] == ["declared default", f"{s} [default]", f"{s} [tp3]", "env DSV41_FOLDED_FENCE"]
     assert data["keys"]["FOLDED_FENCE"]["value"] is False
     assert data["refs"] == ["sglang#40919"] and data["requires"]
     r = cli("explain", "folded_fense", "-s", str(s))
