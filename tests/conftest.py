@@ -36,6 +36,8 @@ def pytest_unconfigure(config):
 
 FEATURES_DIR = (REPO / "features").resolve()  # a symlink to the shipped src/dsv41_flags/_data/features
 REPO_SETTINGS = (REPO / "settings.toml").resolve()  # a symlink to the shipped src/dsv41_flags/_data/settings.toml
+#: one deployment's settings ([tp3], [tp4], its prefixes and volatile names): the docs' example
+EXAMPLE_SETTINGS = REPO / "docs" / "examples" / "deployment-settings.toml"
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from dsv41_flags.cli import app
 
-from ..conftest import REPO_SETTINGS
+from ..conftest import EXAMPLE_SETTINGS, REPO_SETTINGS
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_validate_suggests_and_lists_every_problem(cli):
 
 
 def test_unknown_profile_lists_profiles(cli):
-    r = cli("validate", "-s", str(REPO_SETTINGS), env={"DSV41_ENV": "tp8"})
+    r = cli("validate", "-s", str(EXAMPLE_SETTINGS), env={"DSV41_ENV": "tp8"})
     assert r.exit_code == 1 and "default, tp3, tp4" in r.output
 
 
@@ -102,7 +102,7 @@ def test_fingerprint_diff_names_changed_flag(cli, tmp_path):
 
 
 def test_fingerprint_explain_says_who_declared_volatile(cli):
-    r = cli("fingerprint", "--explain", "--json", "-s", str(REPO_SETTINGS), "--", "serve", "--port", "1",
+    r = cli("fingerprint", "--explain", "--json", "-s", str(EXAMPLE_SETTINGS), "--", "serve", "--port", "1",
             env={"SGLANG_RUN_ID": "x", "NCCL_DEBUG": "INFO"})
     data = json.loads(r.stdout)
     assert data["payload"]["argv"] == ["serve"] and data["payload"]["env"] == {"NCCL_DEBUG": "INFO"}
@@ -110,7 +110,7 @@ def test_fingerprint_explain_says_who_declared_volatile(cli):
     assert data["excluded"]["FOLDED_FENCE"] == "feature folded_fence (declared volatile=)"
     assert data["excluded"]["--port"].startswith("engine default")
     assert data["included"]["NCCL_DEBUG"].startswith("prefix NCCL_: engine default")
-    assert data["prefixes"]["SPARK_"] == f"settings file {REPO_SETTINGS} [default]"
+    assert data["prefixes"]["SPARK_"] == f"settings file {EXAMPLE_SETTINGS} [default]"
     assert data["prefixes"]["DSV41_"].startswith("dsv41_flags")
 
 

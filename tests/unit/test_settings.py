@@ -201,3 +201,31 @@ def test_unknown_variable_suggests_nothing_when_nothing_resembles_it(make_runtim
     message = str(exc.value)
     assert "DSV41_FOO matches no flag, option or reserved name" in message
     assert "did you mean" not in message
+
+
+# ------------------------------------------------------------------ the shipped settings
+def test_shipped_settings_are_a_minimal_default():
+    """The package's settings.toml: one [default] profile, both shipped features off, no
+    deployment's prefixes, volatile names or launch profiles (those are in the docs' example)."""
+    import tomllib
+
+    from dsv41_flags.settings import PROJECT_SETTINGS
+
+    data = tomllib.loads(PROJECT_SETTINGS.read_text(encoding="utf-8"))
+    assert list(data) == ["default"]
+    assert data["default"]["folded_fence"] is False and data["default"]["autotune_keep"] is False
+    assert "fingerprint" not in data["default"] and "external" not in data["default"]
+    text = PROJECT_SETTINGS.read_text(encoding="utf-8")
+    for deployment_word in ("SPARK_", "B12X_", "[tp3]", "[tp4]", "start.sh"):
+        assert deployment_word not in text
+
+
+@pytest.mark.parametrize("profile", ["default", "tp3", "tp4"])
+def test_deployment_example_settings_resolve_in_every_profile(make_runtime, profile):
+    from ..conftest import EXAMPLE_SETTINGS
+
+    rt = make_runtime(EXAMPLE_SETTINGS.read_text(encoding="utf-8"), profile=profile)
+    assert rt.resolution.profiles == ("default", "tp3", "tp4") and not rt.resolution.errors
+    fp = rt.resolution.reserved["FINGERPRINT"]
+    assert "SPARK_" in fp["prefixes"] and "DSV41_DRAFT_CAPTURE" in fp["volatile"]
+    assert ("DSV41_ROUTE_STATS" in fp["volatile"]) is (profile == "tp4")
