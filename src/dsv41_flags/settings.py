@@ -1,8 +1,9 @@
 """Resolution: settings files + profile + ``DSV41_*`` variables -> a typed value per key, with
 its source and the chain of every value that was set for it.
 
-Loading, profiles, merging and provenance are Dynaconf's (``get_history``). Dynaconf parses
-variables as TOML, so variables are cast here from their raw text by the declared type.
+Loading, profiles, merging and provenance are Dynaconf's (``get_history``); what is done here
+beyond it, and why, is said once, above ``DYNACONF_OPTIONS``. Every key's source is
+``declared default``, ``<file> [<section>]`` or ``env DSV41_<KEY>``.
 
 Default settings search (first that applies):
   1. ``settings_files`` passed to ``activate`` / ``--settings`` on the CLI;
@@ -80,15 +81,11 @@ class _Bom(ValueError):
 
 
 def read_toml(path: Path) -> dict:
-    """Parse the settings file ``path``: read with ``_files.read_regular`` (never blocks on a FIFO
-    or a device, at most ``SETTINGS_MAX_BYTES``), UTF-8 without BOM, TOML: parsed by the parser
-    Dynaconf loads the file with (its ``tomllib``, already imported with Dynaconf: the check
-    accepts what the load reads, and the parent imports no second TOML parser). Raises
-    FileRefused, UnicodeDecodeError, ``_Bom``, or whatever that parser raises."""
-    try:
-        from dynaconf.vendor import tomllib
-    except ImportError:  # pragma: no cover - a Dynaconf without it: the standard library's
-        import tomllib
+    """Parse the settings file ``path``: read with ``files.read_regular`` (never blocks on a FIFO
+    or a device, at most ``SETTINGS_MAX_BYTES``), UTF-8 without BOM, TOML (the standard
+    library's ``tomllib``, the parser Dynaconf vendors). Raises FileRefused, UnicodeDecodeError,
+    ``_Bom``, or whatever the parser raises."""
+    import tomllib
 
     text = read_regular(path, SETTINGS_MAX_BYTES)
     if text.startswith(b"\xef\xbb\xbf"):
@@ -293,9 +290,6 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
             PROFILE_VAR, origin,
             f"profile {profile!r} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
-    # Dynaconf reads the files only (no env loader, no variable of its own): the variable layer is
-    # read from ``environ`` by ``_history``, so os.environ is never swapped nor written (other
-    # threads keep their variables; issue 13 input 11)
     try:
         settings = _dynaconf(profile, files)
         settings.as_dict()  # force the load here, where errors can be attributed
@@ -306,17 +300,37 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     return settings, profile, profiles, tuple(notes)
 
 
+# Where dsv41_flags goes beyond Dynaconf, and why (the one place that says it):
+# - Dynaconf takes each of its own options from a ``<OPTION>_FOR_DYNACONF`` variable (and
+#   ``DYNACONF_<KEY>`` values) unless told otherwise: a stray variable could add files, drop the
+#   profiles or the merge, without being listed as loaded. So its options are passed, all of
+#   them (``DYNACONF_OPTIONS``), and the ``Settings`` it builds reads no variable (``environ``).
+# - Dynaconf's env loader reads only ``os.environ`` and parses each value as TOML (``off`` stays
+#   the string "off", ``1e3`` becomes a float, ``0x10`` an int). A launch is resolved for an
+#   explicit environment (the launcher's command environment, tests) without touching
+#   ``os.environ``, and a variable's value is cast from its raw text by the declared type. So the
+#   ``DSV41_<KEY>`` layer is read here, from the mapping given (``_history``).
+# - Dynaconf's validators check the merged value, whose layer and text are gone. Each layer of
+#   a key is cast and checked on its own here, and a file value is checked against the text
+#   written in the file (``_literals``: a number in decimal digits; an error shows that text).
+# Files, profiles (``[default]`` + the profile, picked by ``DSV41_ENV`` or an argument), merging
+# and provenance (``get_history``, loader ``toml``) are Dynaconf's.
+DYNACONF_OPTIONS = {
+    "environments": True, "default_env": "DEFAULT", "merge_enabled": True, "core_loaders": ["TOML"],
+    "loaders": [], "load_dotenv": False, "auto_cast": False, "includes": [], "preload": [],
+    "secrets": None, "root_path": None, "skip_files": [], "redis_enabled": False,
+    "vault_enabled": False, "encoding": "utf-8", "silent_errors": True,
+}
+
+
 @functools.cache
 def _files_only_settings():
-    """Dynaconf's ``Settings`` class, blind to the process environment: its ``environ`` (read for
-    Dynaconf's own ``*_FOR_DYNACONF`` variables) is empty and its settings file is the one passed,
-    never ``SETTINGS_FILE_FOR_DYNACONF``. With ``LOADERS_FOR_DYNACONF=[]`` (no env loader) it loads
-    the TOML files alone and never reads, writes or swaps ``os.environ``. Its ``toml_history`` is
-    Dynaconf's ``get_history`` of the TOML layers, read once (see ``_toml_entries``)."""
+    """Dynaconf's ``Settings`` class, blind to the process environment (see the comment above):
+    its ``environ`` is empty and its settings file is the one passed."""
     from dynaconf.base import Settings
 
     class FilesOnlySettings(Settings):
-        """Dynaconf settings loaded from files only (see ``_files_only_settings``)."""
+        """Dynaconf settings loaded from the files passed only."""
 
         @property
         def environ(self):
@@ -329,7 +343,7 @@ def _files_only_settings():
         @functools.cached_property  # kept in the instance's __dict__, never a Dynaconf key
         def toml_history(self) -> tuple[dict, ...]:
             """Dynaconf's ``get_history`` entries of loader ``toml``, in loading order (lowest
-            precedence first): ``{"identifier": file, "env": section, "value": {KEY: value}}``."""
+            precedence first), read once per load."""
             from dynaconf.utils.inspect import get_history
 
             return tuple(e for e in get_history(self) if e["loader"] == "toml")
@@ -338,25 +352,25 @@ def _files_only_settings():
 
 
 def _toml_entries(settings, key: str | None = None) -> list[dict]:
-    """Dynaconf's ``get_history`` entries of loader ``toml`` (``identifier``, ``env``, ``value``),
-    lowest precedence first: every layer, or, for ``key``, the layers that set it with ``value``
-    its value there. Settings from ``load`` read Dynaconf's history once per load and look a plain
-    upper-case key up in each layer (what ``get_history(settings, key=...)`` finds: Dynaconf keeps
-    top-level keys upper-case, and a key set in two cases is refused before loading); other
-    settings, a key Dynaconf would split (``__``, ``.``), or layers with a key Dynaconf matches
-    loosely (``"a b"`` for ``A_B``) go through ``get_history(settings, key=...)`` itself (issue 11:
-    one history read instead of one per key)."""
+    """Dynaconf's ``get_history`` entries of loader ``toml`` (``identifier``: file, ``env``:
+    section, ``value``), lowest precedence first: every layer, or, for ``key``, the layers that set
+    it, with ``value`` its value there. Settings from ``load`` read the history once per load
+    (``toml_history``) and look a plain upper-case key up in each layer (Dynaconf keeps top-level
+    keys upper-case, and a key set in two cases is refused before loading); other settings, or
+    any other key, go through ``get_history(settings, key=...)`` itself."""
+    from dynaconf.utils.inspect import get_history
+
     cached = isinstance(getattr(type(settings), "toml_history", None), functools.cached_property)
     if key is None and cached:
         return list(settings.toml_history)
     if key is not None and cached and key.isupper() and "__" not in key and "." not in key:
-        layers = [e for e in settings.toml_history if isinstance(e["value"], dict)]
-        if not any(" " in k for e in layers for k in e["value"] if isinstance(k, str)):
-            return [{**e, "value": e["value"][key]} for e in layers if key in e["value"]]
-    from dynaconf.utils.inspect import get_history
-
+        tables = [e for e in settings.toml_history if isinstance(e["value"], dict)]
+        if not any(" " in k for e in tables for k in e["value"] if isinstance(k, str)):
+            return [{**e, "value": e["value"][key]} for e in tables if key in e["value"]]
+    if key is None:
+        return [e for e in get_history(settings) if e["loader"] == "toml"]
     try:
-        entries = get_history(settings, key=key) if key is not None else get_history(settings)
+        entries = get_history(settings, key=key)
     except Exception:  # key never set
         entries = []
     return [e for e in entries if e["loader"] == "toml"]
@@ -364,19 +378,11 @@ def _toml_entries(settings, key: str | None = None) -> list[dict]:
 
 def _dynaconf(profile: str, files: list[Path]):
     """Load ``files`` for ``profile`` with Dynaconf: ``[default]`` + the profile's section, merged,
-    ``settings.local.toml`` companions included, provenance in ``get_history`` (loader ``toml``).
-    Every Dynaconf setting that could come from the environment is pinned here."""
-    return _files_only_settings()(
-        SETTINGS_FILE_FOR_DYNACONF=[str(f) for f in files], ENVIRONMENTS_FOR_DYNACONF=True,
-        FORCE_ENV_FOR_DYNACONF=profile, ENV_FOR_DYNACONF=profile, DEFAULT_ENV_FOR_DYNACONF="DEFAULT",
-        ENVVAR_PREFIX_FOR_DYNACONF=ENV_PREFIX.rstrip("_"), LOADERS_FOR_DYNACONF=[],
-        CORE_LOADERS_FOR_DYNACONF=["TOML"], MERGE_ENABLED_FOR_DYNACONF=True,
-        LOAD_DOTENV_FOR_DYNACONF=False, AUTO_CAST_FOR_DYNACONF=False,
-        SYSENV_FALLBACK_FOR_DYNACONF=False, INCLUDES_FOR_DYNACONF=[], PRELOAD_FOR_DYNACONF=[],
-        SECRETS_FOR_DYNACONF=None, ROOT_PATH_FOR_DYNACONF=None, SKIP_FILES_FOR_DYNACONF=[],
-        REDIS_ENABLED_FOR_DYNACONF=False, VAULT_ENABLED_FOR_DYNACONF=False,
-        ENCODING_FOR_DYNACONF="utf-8", SILENT_ERRORS_FOR_DYNACONF=True,
-    )
+    ``settings.local.toml`` companions included, provenance in ``get_history`` (loader ``toml``)."""
+    from dynaconf.utils import normalize_kwargs
+
+    return _files_only_settings()(**normalize_kwargs({
+        **DYNACONF_OPTIONS, "settings_files": [str(f) for f in files], "force_env": profile}))
 
 
 # ---------------------------------------------------------------------------- resolution
@@ -395,63 +401,91 @@ def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, 
 def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
                 problems: list[Problem], kind: str = "") -> tuple[Any, str, bool]:
     """Cast every entry of the chain; return (value of the last valid layer, its source, ok).
-    ``ok`` is False when any layer is invalid (each one is a problem): an invalid layer is
+    ``ok`` is False when any layer is invalid (each one is a problem naming the variable or the
+    file [section] key, the value as written there, and what is accepted): an invalid layer is
     skipped, never guessed, and the value shown is the one of the layer below it."""
     value, source, ok, bad = None, "", False, False
     for origin, raw in chain:
         try:
             value, source, ok = cast_layer(key, kind, caster, origin, raw), origin, True
         except CastError as exc:
-            name = origin.split(" ", 1)[1] if origin.startswith("env ") else key.lower()
-            where = "environment variable" if origin.startswith("env ") else origin
-            problems.append(Problem(key, origin, f"{name}={_short(raw)} ({where}) is not a valid value "
-                                                 f"for {what}; accepted: {exc.accepted}"))
+            if origin.startswith("env "):
+                written = f"{origin[4:]}={_short(raw)} (environment variable)"
+            else:
+                literal = file_literal(origin, key)
+                written = (f"{key.lower()} = {_cut(literal)}" if literal is not None
+                           else f"{key.lower()}={_short(raw)}") + f" ({origin})"
+            problems.append(Problem(key, origin, f"{written} is not a valid value for {what}; "
+                                                 f"accepted: {exc.accepted}"))
             bad = True
     return value, source, ok and not bad
 
 
 def _short(raw: Any, limit: int = 200) -> str:
     """``repr(raw)``, cut to ``limit`` characters (a 5000-digit value is named, not printed)."""
-    text = repr(raw)
+    return _cut(repr(raw), limit)
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    """``text``, cut to ``limit`` characters."""
     return text if len(text) <= limit else f"{text[:limit - 30]}... ({len(text)} characters)"
 
 
 def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
     """Cast one layer of a key's chain: a variable's text (``env ...``) or a declared default by
     ``caster``; a settings file's value (``<file> [<section>]``) first through
-    ``check_file_value`` (strict TOML type, decimal literal), then ``caster``. Raises CastError."""
+    ``check_file_value`` (strict TOML type, and for a number the text written in the file: decimal
+    digits), then ``caster``. Raises CastError."""
     if kind and origin != DECLARED_DEFAULT and not origin.startswith("env "):
-        path, _, section = origin.rpartition(" [")
-        check_file_value(kind, raw, _literal(path, section.rstrip("]"), key))
+        check_file_value(kind, raw, file_literal(origin, key))
     return caster(raw)
 
 
-def _literal(path: str, section: str, key: str) -> str | None:
-    """The text of ``key = <text>`` under ``[section]`` in the settings file ``path`` (case-
-    insensitive names, a trailing comment dropped), or None when it is not written on one such
-    line (an inline table, a dotted key): the parsed TOML value is then checked alone."""
+def file_literal(origin: str, key: str) -> str | None:
+    """The text written for ``key`` in the layer ``origin`` (``<file> [<section>]``): what follows
+    ``key =`` on its line, without a trailing comment (``0x10``, ``"sometimes"``), or None when
+    the value is not written on one ``key = value`` line directly under ``[section]`` (an inline
+    table, a dotted key, a value over several lines)."""
+    path, _, section = origin.rpartition(" [")
+    return _literals(path).get((section.rstrip("]").lower(), key.lower()))
+
+
+def _literals(path: str) -> dict[tuple[str, str], str]:
+    """``(section, key) -> text`` of every one-line ``key = value`` of the settings file ``path``
+    (lower-case names), read once per version of the file (path, size, modification time). Each
+    text is checked to parse, alone, as TOML: only a value's own text is ever shown."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}
+    return _literals_of(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _literals_of(path: str, _size: int, _mtime_ns: int) -> dict[tuple[str, str], str]:
+    import tomllib
+
     try:
         lines = read_regular(path, SETTINGS_MAX_BYTES).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-    header, keyline = _line_patterns()
-    current = None
+    except (OSError, UnicodeDecodeError, FileRefused):
+        return {}
+    header = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
+    keyline = re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?|"[^"\\]*"|'[^']*')\s*(#.*)?$""")
+    out: dict[tuple[str, str], str] = {}
+    section = None
     for line in lines:
         head = header.match(line)
         if head:
-            current = head.group(1).strip().strip("\"'").lower()
+            section = head.group(1).strip().strip("\"'").lower()
             continue
         m = keyline.match(line)
-        if m and current == section.lower() and m.group(2).lower() == key.lower():
-            return m.group(3)
-    return None
-
-
-@functools.cache
-def _line_patterns() -> tuple[re.Pattern, re.Pattern]:
-    """``(section header, key = value line)`` patterns of ``_literal``, compiled on first use."""
-    return (re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$"),
-            re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?)\s*(#.*)?$"""))
+        if m and section is not None and m.group(3):
+            try:
+                tomllib.loads(f"v = {m.group(3)}")
+            except Exception:  # not a value's whole text: show the parsed value instead
+                continue
+            out[(section, m.group(2).lower())] = m.group(3)
+    return out
 
 
 def reserved_caster(key: str):

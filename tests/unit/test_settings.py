@@ -47,7 +47,7 @@ def test_bad_flag_value_is_an_error_naming_variable_value_and_words(make_runtime
 def test_bad_value_in_file_names_file_and_section(make_runtime, tmp_path):
     with pytest.raises(SettingsError) as exc:
         make_runtime(BASE.replace("[tp4]\n", "[tp4]\nfolded_fence = \"sometimes\"\n"), profile="tp4")
-    assert f"{tmp_path / 'settings.toml'} [tp4]" in str(exc.value) and "'sometimes'" in str(exc.value)
+    assert f"folded_fence = \"sometimes\" ({tmp_path / 'settings.toml'} [tp4])" in str(exc.value)
 
 
 def test_profile_section_overrides_default(make_runtime, tmp_path):
@@ -229,3 +229,28 @@ def test_deployment_example_settings_resolve_in_every_profile(make_runtime, prof
     fp = rt.resolution.reserved["FINGERPRINT"]
     assert "SPARK_" in fp["prefixes"] and "DSV41_DRAFT_CAPTURE" in fp["volatile"]
     assert ("DSV41_ROUTE_STATS" in fp["volatile"]) is (profile == "tp4")
+
+
+# ------------------------------------------------------------------ a file value error shows its text
+@pytest.mark.parametrize("line,shown", [
+    ("autotune_keep_keep_old = 0x10", "autotune_keep_keep_old = 0x10 ("),
+    ("autotune_keep_keep_old = 1_0   # ten", "autotune_keep_keep_old = 1_0 ("),
+    ("autotune_keep_keep_old = 0o20", "autotune_keep_keep_old = 0o20 ("),
+    ('autotune_keep_keep_old = "7"', 'autotune_keep_keep_old = "7" ('),
+    ("autotune_keep_keep_old = 7.0", "autotune_keep_keep_old = 7.0 ("),
+    ("folded_fence = 1", "folded_fence = 1 ("),
+    ("folded_fence = 'on' # quoted", "folded_fence = 'on' ("),
+    ('folded_fence = "a # b"', 'folded_fence = "a # b" ('),
+])
+def test_a_file_value_error_shows_the_text_written_in_the_file(make_runtime, tmp_path, line, shown):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(f"[default]\n{line}\n")
+    message = str(exc.value)
+    assert shown + f"{tmp_path / 'settings.toml'} [default]) is not a valid value" in message
+    assert "accepted:" in message and "strictly typed" in message
+
+
+def test_a_value_not_on_one_line_is_shown_parsed(make_runtime, tmp_path):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime("[default]\nautotune_keep_keep_old = [\n  1,\n]\n")
+    assert f"autotune_keep_keep_old=[1] ({tmp_path / 'settings.toml'} [default])" in str(exc.value)

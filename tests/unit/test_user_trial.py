@@ -131,7 +131,7 @@ def test_explain_reserved_key_shows_the_chain_and_fails_on_an_invalid_layer(cli,
     r = cli("explain", key, env={var: bad})
     assert r.exit_code == 1, r.output
     assert f"env {var}: {bad!r}  <- INVALID: accepted:" in r.stdout
-    assert "1. default:" in r.stdout and "<- wins" in r.stdout
+    assert "1. declared default:" in r.stdout and "<- wins" in r.stdout
     assert f"{var}={bad!r} (environment variable) is not a valid value" in r.stderr
     data = json.loads(cli("explain", key, "--json", env={var: bad}).stdout)
     [entry] = data["keys"].values()

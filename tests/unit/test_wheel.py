@@ -89,8 +89,7 @@ def test_status_from_an_empty_directory(wheel_env):
     assert Path(data["features_dir"]) == (site / "dsv41_flags" / "_data" / "features").resolve()
     for f in data["features"]:   # no engine in this environment
         assert f["engine_version"] is None and f["target_found"] is False and f["state"] == "off"
-    assert data["features"][0]["options"]["keep_old"] == {
-        "value": 3, "source": f"{settings} [default]"}
+    assert data["features"][0]["options"]["keep_old"] == {"value": 3, "source": "declared default"}
 
 
 def test_flag_variable_and_launcher_work_from_the_wheel(wheel_env):
