@@ -385,26 +385,18 @@ def _bootstrap_activate(role: str | None = None) -> None:
             os._exit(EXIT_STRICT)  # never run the program unpatched
 
 
-class _SpawnedTarget:
-    """The registration ``multiprocessing.util.register_after_fork`` keeps (weakly: this module
-    holds the one instance). multiprocessing calls it in every process it starts (spawn,
-    forkserver and fork), once the process object is current and before its target runs."""
-
-    def __call__(self, _registered: object) -> None:
-        if current_runtime() is not None or _FAILED is not None and _FAILED[0] == os.getpid():
-            return  # a forked child: it adopted its parent's runtime (or its failure)
-        import multiprocessing  # already imported: multiprocessing is running this call
-
-        process = multiprocessing.current_process()
-        try:
-            deferred = adapter().will_activate(_target_of(process))
-        except Exception:  # an engine adapter that cannot say: activate here, as for any target
-            deferred = False
-        if not deferred:
-            _bootstrap_activate()
-
-
-_SPAWNED_TARGET = _SpawnedTarget()
+def _activate_for(process: object) -> None:
+    """Activate in a spawned (or forkserver) child about to run ``process``'s target, unless the
+    engine adapter says the target activates through the engine's plugin loader (which knows its
+    role and ranks), or this process already has its runtime (or its failure)."""
+    if current_runtime() is not None or _FAILED is not None and _FAILED[0] == os.getpid():
+        return
+    try:
+        deferred = adapter().will_activate(_target_of(process))
+    except Exception:  # an engine adapter that cannot say: activate here, as for any target
+        deferred = False
+    if not deferred:
+        _bootstrap_activate()
 
 
 def _target_of(process: object) -> Any:
@@ -415,8 +407,18 @@ def _target_of(process: object) -> Any:
 
 
 def _activate_before_spawn_target() -> None:
-    """In a process started by multiprocessing's spawn (or a forkserver): activate once its
-    process object is known, just before its target runs (``_SpawnedTarget``)."""
-    import multiprocessing.util
+    """In a process started by multiprocessing's spawn (or a forkserver's child): activate once its
+    process object is known, just before its target runs (``_activate_for``)."""
+    import multiprocessing.process as mpp
 
-    multiprocessing.util.register_after_fork(_SPAWNED_TARGET, _SPAWNED_TARGET)
+    # multiprocessing has no public hook between receiving a spawned process's object and running
+    # its target (util.register_after_fork is skipped there: SpawnProcess._after_fork does
+    # nothing), so BaseProcess._bootstrap is wrapped here, once, and put back at its first call.
+    original = mpp.BaseProcess._bootstrap
+
+    def _bootstrap(self, *args, **kwargs):
+        mpp.BaseProcess._bootstrap = original  # this process only (a forkserver keeps its copy)
+        _activate_for(self)
+        return original(self, *args, **kwargs)
+
+    mpp.BaseProcess._bootstrap = _bootstrap

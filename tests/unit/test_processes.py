@@ -90,7 +90,10 @@ def test_spawn_child_installs_from_snapshot_and_logs_its_own_event(launch):
 
 def test_child_without_snapshot_resolves_itself(launch):
     tmp, settings, env = launch
-    (tmp / "parent.py").write_text(CHILD.replace("MUTATE", "os.environ.pop('DSV41_SNAPSHOT')"))
+    # a process that is no child of the launch: neither the snapshot nor the launch marker (a
+    # child with the marker but no snapshot says so instead: tests/unit/test_children.py)
+    (tmp / "parent.py").write_text(CHILD.replace(
+        "MUTATE", "os.environ.pop('DSV41_SNAPSHOT'); os.environ.pop('DSV41_LAUNCH')"))
     proc = subprocess.run([sys.executable, str(tmp / "parent.py")], env=env, capture_output=True,
                           text=True, timeout=120, cwd=tmp)
     assert proc.returncode == 0, proc.stderr
