@@ -4,8 +4,8 @@ A feature that keeps a cache across boots (``autotune_keep``) writes ``<cache>.l
 fingerprint of the launch that produced the cache and, at the next boot, keeps the cache only when
 that sidecar matches the new launch. Writes are atomic, private to this host's process, never
 follow a symbolic link; reads never block and never load more than ``SIDECAR_MAX_BYTES``; a
-damaged, foreign or legacy sidecar reads as one that matches nothing, with its ``error``.
-Source: seed autotune_keep.py (``_sidecar_path``, ``_write_sidecar``, ``_read_sidecar``); issue 15.
+damaged or foreign sidecar reads as one that matches nothing, with its ``error``.
+Source: seed autotune_keep.py (``_sidecar_path``, ``_write_sidecar``, ``_read_sidecar``).
 Loaded by a feature when it uses it (at install), never by activation itself.
 """
 from __future__ import annotations
@@ -191,13 +191,12 @@ def payload_problem(payload: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Sidecar:
-    """A sidecar as read: digest ("" if unreadable), payload (None for the seed's one-hex-line
-    format or an unreadable file; otherwise a payload ``payload_problem`` accepts), ``legacy``
-    (True when written by the seed adapter) and ``error`` (``"<path>: <why>"`` when unreadable)."""
+    """A sidecar as read: digest ("" if unreadable), payload (None for an unreadable file;
+    otherwise a payload ``payload_problem`` accepts) and ``error`` (``"<path>: <why>"`` when
+    unreadable)."""
 
     digest: str
     payload: Mapping[str, Any] | None
-    legacy: bool = False
     error: str = ""
 
 
@@ -207,9 +206,8 @@ def read_sidecar(path: os.PathLike | str) -> Sidecar:
     A missing file, a symbolic link (never followed), a FIFO / device / directory (never blocks:
     opened non-blocking, ``fstat``-checked), a file over ``SIDECAR_MAX_BYTES``, bad UTF-8, bad or
     too deeply nested JSON, or JSON that is not ``{"fingerprint": "<64 hex>", "payload": <payload>}``
-    (``payload_problem``: every type inside checked) gives ``payload=None`` and ``error``; a
-    seed-era file (one hex line) gives ``legacy=True`` and no payload (always a mismatch).
-    Since issue 16 (adversarial review): deep validation, size cap, no symlink, non-blocking."""
+    (``payload_problem``: every type inside checked) gives ``payload=None`` and ``error`` (so it
+    matches no launch)."""
     try:
         return _read_sidecar(path)
     except Exception as exc:  # last resort: a fault not foreseen above is still an answer
@@ -222,9 +220,6 @@ def _read_sidecar(path: os.PathLike | str) -> Sidecar:
     except OSError as exc:  # FileRefused: "<path> <why>"
         why = getattr(exc, "reason", None) or exc.strerror or str(exc)
         return Sidecar("", None, error=f"{path}: cannot read it: {why}")
-    stripped = data.strip()
-    if len(stripped) == 64 and is_sha256(stripped.decode("ascii", "replace")):
-        return Sidecar(stripped.decode("ascii"), None, legacy=True)
     expected = 'expected JSON {"fingerprint": "<64 hex>", "payload": {"argv", "env", "settings"}}'
     try:
         doc = load_json_bytes(data)
@@ -242,8 +237,8 @@ def _read_sidecar(path: os.PathLike | str) -> Sidecar:
 
 
 def matches(sidecar: Sidecar, fingerprint: Fingerprint) -> bool:
-    """True when the sidecar was written by a launch with this fingerprint (never for legacy)."""
-    return not sidecar.legacy and sidecar.payload is not None and sidecar.digest == fingerprint.digest
+    """True when the sidecar was written by a launch with this fingerprint ."""
+    return sidecar.payload is not None and sidecar.digest == fingerprint.digest
 
 
 def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict]:

@@ -72,7 +72,7 @@ def fixed_upstream(feature: Feature) -> str | None:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One verdict per declared ``requires`` entry (issue 14).
+    """One verdict per declared ``requires`` entry.
 
     requirement: the entry as written (``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"``).
     verdict: ``"ok"`` | ``"missing"`` | ``"undecided"`` (the check could not tell: never counted as ok).
@@ -129,7 +129,7 @@ def _closest(name: str, names) -> str:
 
 def param_verdict(text: str, owner: str, wanted: tuple[str, ...], params: list[str],
                   var_keyword: bool) -> Verdict:
-    """The one parameter rule shared by the live and the static check (issue 14, kind 2).
+    """The one parameter rule shared by the live and the static check.
 
     A required parameter is ok when the signature has a parameter of that name, whatever its
     kind (positional, keyword-only, and also ``*args`` / ``**kwargs`` by their own names, so

@@ -98,7 +98,7 @@ def test_fingerprint_diff_names_changed_flag(cli, tmp_path):
     assert r.exit_code == 1 and "settings SHAPE: False -> True" in r.stdout
     side.write_text("ab" * 32 + "\n")
     r = cli("fingerprint", "-s", str(s), "--diff", str(side), "--json")
-    assert json.loads(r.stdout)["diff"]["legacy"] is True
+    assert json.loads(r.stdout)["diff"]["same"] is False  # a bare hash is no sidecar
 
 
 def test_fingerprint_explain_says_who_declared_volatile(cli):

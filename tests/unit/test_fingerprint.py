@@ -155,7 +155,7 @@ def test_seed_era_sidecar_is_a_mismatch(make_runtime, tmp_path):
     legacy = tmp_path / "x.launch"
     legacy.write_text(fp.digest + "\n")
     side = read_sidecar(legacy)
-    assert side.legacy and not matches(side, fp)
+    assert side.payload is None and side.error and not matches(side, fp)
 
 
 def test_unreadable_sidecar_is_a_mismatch(make_runtime, tmp_path):

@@ -475,11 +475,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         data["prefixes"] = prefix_sources(resolution)
     if diff is not None:
         side = read_sidecar(diff)
-        if side.legacy:
-            data["diff"] = {"sidecar": str(diff), "same": False, "legacy": True,
-                            "reason": "written by the older adapter (seed autotune_keep.py): a bare "
-                                      "hash with no payload; treated as a different launch"}
-        elif side.payload is None:
+        if side.payload is None:
             data["diff"] = {"sidecar": str(diff), "same": False, "reason": side.error}
         else:
             changes = _masked_changes(payload_diff(side.payload, fp.payload), secret_names(resolution))
@@ -493,7 +489,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         data["written"] = str(write)
     if as_json:
         _emit_json(data)
-    elif "diff" in data and "reason" in data["diff"] and not data["diff"].get("legacy"):
+    elif "diff" in data and "reason" in data["diff"]:
         # the sidecar could not be read: the error alone (no fingerprint printed before it)
         err.print(f"error: cannot compare: {data['diff']['reason']}", style="red", highlight=False)
     else:
@@ -524,11 +520,9 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
                 if not d["changes"]:
                     out.print(f"different launch: {diff} records fingerprint {side.digest[:16]}… "
                               f"for the same payload (edited by hand?)")
-            elif d.get("legacy"):
-                out.print(f"different launch: {diff} {d['reason']}")
     if "diff" in data and not data["diff"].get("same"):
         # 1: a different launch; 2: the sidecar could not be read as one
-        raise typer.Exit(1 if ("changes" in data["diff"] or data["diff"].get("legacy")) else 2)
+        raise typer.Exit(1 if "changes" in data["diff"] else 2)
 
 
 @app.command("diff", short_help="What differs between two profiles, fingerprint included.")

@@ -13,7 +13,7 @@ change cannot leave one rank with a partial hit (a hit skips a profile, and a sk
 one rank desynchronises the timing reduction). A cache that must be re-tuned is moved aside
 (``<cache>.stale-<UTC time>-<pid>``, the latest ``keep_old`` copies kept), never deleted.
 
-Fleet safety (issue 15): engines sharing a cache directory decide and move under an advisory lock
+Fleet safety: engines sharing a cache directory decide and move under an advisory lock
 (``<cache>.lock``, never held across a collective) and tolerate a cache vanishing under them; a
 read-only directory is used read-only (a matching cache is kept, a stale one is reported with
 ``autotune_keep.read_only`` and left to the engine's own rules); no write or move follows a
@@ -79,8 +79,6 @@ def _stale_reason(cache_path: Path, configs, fingerprint) -> str | None:
     if not isinstance(configs, dict):
         return "cache file unreadable or not a JSON object"
     side = flags.read_sidecar(flags.sidecar_path(cache_path))
-    if side.legacy:
-        return "sidecar written by the older adapter (seed autotune_keep.py): fingerprint unknown"
     if side.payload is None:
         return f"no sidecar for this cache ({side.error})"
     if not flags.matches(side, fingerprint):
