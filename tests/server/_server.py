@@ -258,7 +258,7 @@ class Kit:
         try:
             data = json.loads(proc.stdout)
         except ValueError:
-            raise AssertionError(f"dsv41-flags {' '.join(args)} --json printed no JSON object "
+            raise AssertionError(f"dsv41-flags {' '.join(args)} printed no JSON object "
                                  f"(exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}") from None
         return proc.returncode, data
 

@@ -14,6 +14,7 @@ import pytest
 from ._server import Kit
 
 
+@pytest.hookimpl(trylast=True)  # after -m / -k deselected: only the selected items count
 def pytest_collection_modifyitems(config, items):
     """Refuse to run the tier without the engine: a skipped server tier would look green.
     Select the other tiers alone with ``-m "not server"`` or ``tests/unit``."""

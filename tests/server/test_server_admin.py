@@ -1,5 +1,6 @@
-"""Behaviour asked for and not implemented yet (each test is ``xfail(strict=True)``: remove the
-mark with the change that makes it pass). One launch serves them all: tp 1, booted with both
+"""Who may call the routes, what they accept, what they never reveal. Most of it is asked for and
+not implemented yet (``not_implemented``, an ``xfail(strict=True)``: remove the mark with the
+change that makes the test pass). One launch serves them all: tp 1, booted with both
 ``--api-key`` and ``--admin-api-key``, ``folded_fence`` armed at boot (its target is never
 imported here: pending) and a probe feature (shipped by a distribution on ``PYTHONPATH``,
 entry-point group ``dsv41_flags.features``) whose target every scheduler imports (installed).
@@ -10,8 +11,9 @@ entry-point group ``dsv41_flags.features``) whose target every scheduler imports
   ``DSV41_API_KEY``) and says clearly when it is missing;
 - a ``requested_by`` over 256 characters is refused; a switch to the current value bumps no
   generation (these two send the admin key, so they pass once the routes take it);
-- neither key appears in what the framework writes or answers (sglang's own ``server_args=``
-  line prints them: upstream, left out of the check);
+- neither key appears in what the framework writes (passes today: event lines, files) or answers
+  (status, the launch's sidecar: the fingerprint payload keeps ``--api-key`` and its value today);
+  sglang's own ``server_args=`` log line prints both keys: upstream, left out of the check;
 - a scheduler that serves says so once (``flags.serving``), listing its installed and its
   pending armed features.
 """
@@ -24,7 +26,9 @@ import pytest
 
 from ._server import Launch, http
 
-pytestmark = [pytest.mark.server, pytest.mark.xfail(reason="not implemented yet", strict=True)]
+pytestmark = pytest.mark.server
+
+not_implemented = pytest.mark.xfail(reason="not implemented yet", strict=True)
 
 API_KEY = "SECRETAPI"
 ADMIN_KEY = "SECRETADMIN"
@@ -84,6 +88,7 @@ def admin_status(kit, admin) -> dict:
     return json.loads(body)
 
 
+@not_implemented
 def test_the_routes_admit_exactly_who_flush_cache_admits(admin):
     seen = {}
     for who, headers in BEARER.items():
@@ -96,6 +101,7 @@ def test_the_routes_admit_exactly_who_flush_cache_admits(admin):
                     "the api key": (401, 401, 401), "the admin key": (200, 200, 200)}
 
 
+@not_implemented
 def test_the_command_sends_the_admin_key(kit, admin):
     code, answer = kit.cli_json("set", "folded_fence=on", "--url", admin.url, "--api-key", ADMIN_KEY)
     assert code == 0 and answer["ok"] is True, answer
@@ -106,6 +112,7 @@ def test_the_command_sends_the_admin_key(kit, admin):
     assert proc.returncode == 0, proc.stderr
 
 
+@not_implemented
 def test_the_command_without_the_key_exits_1_and_says_how_to_give_it(kit, admin):
     for args in (("set", "folded_fence=on", "--url", admin.url), ("status", "--url", admin.url)):
         proc = kit.run_cli(*args)
@@ -117,6 +124,7 @@ def test_the_command_without_the_key_exits_1_and_says_how_to_give_it(kit, admin)
         assert "401" in answer["error"] and "--api-key" in answer["error"], answer
 
 
+@not_implemented
 def test_a_requested_by_over_256_characters_is_refused_and_changes_nothing(kit, admin):
     before = admin_status(kit, admin)
     (rank,) = before["ranks"]
@@ -131,6 +139,7 @@ def test_a_requested_by_over_256_characters_is_refused_and_changes_nothing(kit, 
     assert len(after["switches"]) == len(rank["switches"])
 
 
+@not_implemented
 def test_a_switch_to_the_current_value_bumps_no_generation(kit, admin):
     (rank,) = admin_status(kit, admin)["ranks"]
     value = {f["name"]: f for f in rank["features"]}["folded_fence"]["value"]
@@ -149,7 +158,7 @@ def _secret_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if API_KEY in line or ADMIN_KEY in line]
 
 
-def test_no_key_appears_in_logs_status_or_sidecar(kit, admin, tmp_path):
+def test_no_key_appears_in_what_the_launch_wrote(kit, admin):
     # the log files: no event line of ours; sglang's own server_args= line is upstream's
     for path in [admin.stdout_path, admin.stderr_path]:
         leaked = [line for line in _secret_lines(path.read_text(errors="replace"))
@@ -161,6 +170,10 @@ def test_no_key_appears_in_logs_status_or_sidecar(kit, admin, tmp_path):
             if path.is_file() and path not in (admin.stdout_path, admin.stderr_path):
                 data = path.read_bytes()
                 assert API_KEY.encode() not in data and ADMIN_KEY.encode() not in data, path
+
+
+@not_implemented
+def test_no_key_appears_in_the_status_answer_or_the_launch_sidecar(kit, admin, tmp_path):
     # the status answer (read with the key, which is the caller's own)
     env = kit.env(extra={"DSV41_API_KEY": ADMIN_KEY})
     code, status = kit.cli_json("status", "--url", admin.url, env=env)
@@ -175,6 +188,7 @@ def test_no_key_appears_in_logs_status_or_sidecar(kit, admin, tmp_path):
     assert _secret_lines(proc.stdout + proc.stderr) == []
 
 
+@not_implemented
 def test_a_serving_scheduler_lists_its_installed_and_pending_features_once(admin):
     serving = admin.wait_events("flags.serving", 1, timeout=10)
     (scheduler,) = [e for e in admin.events("flags.resolved") if e["role"] == "scheduler"]

@@ -3,8 +3,8 @@ installs: every process activates, reports its role and ranks, and agrees on the
 switch applies on both ranks at the same generation while clients keep generating; the same
 launch under ``dsv41-flags run``; a strict drift stops the launch instead of hanging it.
 
-One plain launch serves the first three tests (module scope); the ``run`` launch and the drift
-launch are their tests' own.
+One plain launch serves the first three tests (``TestPlainLaunch``, class scope: it is stopped
+before the next launch boots); the ``run`` launch and the drift launch are their tests' own.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.server
 LAUNCH_ROLES = Counter({"launcher": 1, "scheduler": 2, "detokenizer": 1})
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def plain(kit, tmp_path_factory):
     launch = Launch.server(kit, "plain", tmp_path_factory.mktemp("plain"), tp=2).start()
     try:
@@ -69,99 +69,103 @@ def fingerprint_of(kit, launch: Launch) -> str:
     return data["fingerprint"]
 
 
-def test_every_process_of_a_plain_launch_activates_with_one_fingerprint(kit, plain):
-    fingerprint = assert_every_process_activated(plain, from_snapshot_launcher=False)
-    assert fingerprint == fingerprint_of(kit, plain)
-    launcher = [e for e in plain.events("flags.resolved") if e["role"] == "launcher"]
-    assert launcher[0]["pid"] == plain.proc.pid
+class TestPlainLaunch:
+    """``python -m sglang.launch_server --tp 2`` as an operator types it: the plugin activates
+    every process; status and live switches go through the HTTP routes."""
 
+    def test_every_process_of_a_plain_launch_activates_with_one_fingerprint(self, kit, plain):
+        fingerprint = assert_every_process_activated(plain, from_snapshot_launcher=False)
+        assert fingerprint == fingerprint_of(kit, plain)
+        launcher = [e for e in plain.events("flags.resolved") if e["role"] == "launcher"]
+        assert launcher[0]["pid"] == plain.proc.pid
 
-def test_status_url_lists_both_ranks_and_agrees_with_the_events(kit, plain):
-    code, status = kit.cli_json("status", "--url", plain.url)
-    assert code == 0, status
-    assert status["ok"] is True and status["generations_agree"] is True
-    resolved = resolved_by_pid(plain)
-    ranks = sorted(status["ranks"], key=lambda r: r["tp_rank"])
-    assert [(r["tp_rank"], r["pp_rank"], r["role"]) for r in ranks] == \
-        [(0, 0, "scheduler"), (1, 0, "scheduler")]
-    for r in ranks:
-        event = resolved[r["pid"]]      # the rank is the process that logged this event
-        assert (event["role"], event["tp_rank"]) == ("scheduler", r["tp_rank"])
-        assert r["fingerprint"] == event["fingerprint"]
-        assert r["profile"] == event["profile"] and r["settings_files"] == event["settings_files"]
-        assert r["generation"] == 0 and r["switches"] == []
-        features = {f["name"]: f for f in r["features"]}
-        assert set(features) == set(event["features"])
-        for name, f in features.items():
-            assert f["value"] == event["features"][name]["value"], (name, f)
-            assert f["source"] == event["features"][name]["source"], (name, f)
-        assert features["folded_fence"]["live"] is True
-        assert features["autotune_keep"]["live"] is False
-    server = status["server"]
-    assert server["role"] == "launcher" and server["pid"] == plain.proc.pid
-    assert server["fingerprint"] == resolved[server["pid"]]["fingerprint"]
+    def test_status_url_lists_both_ranks_and_agrees_with_the_events(self, kit, plain):
+        code, status = kit.cli_json("status", "--url", plain.url)
+        assert code == 0, status
+        assert status["ok"] is True and status["generations_agree"] is True
+        resolved = resolved_by_pid(plain)
+        ranks = sorted(status["ranks"], key=lambda r: r["tp_rank"])
+        assert [(r["tp_rank"], r["pp_rank"], r["role"]) for r in ranks] == \
+            [(0, 0, "scheduler"), (1, 0, "scheduler")]
+        for r in ranks:
+            event = resolved[r["pid"]]      # the rank is the process that logged this event
+            assert (event["role"], event["tp_rank"]) == ("scheduler", r["tp_rank"])
+            assert r["fingerprint"] == event["fingerprint"]
+            assert r["profile"] == event["profile"] and r["settings_files"] == event["settings_files"]
+            assert r["generation"] == 0 and r["switches"] == []
+            features = {f["name"]: f for f in r["features"]}
+            assert set(features) == set(event["features"])
+            for name, f in features.items():
+                assert f["value"] == event["features"][name]["value"], (name, f)
+                assert f["source"] == event["features"][name]["source"], (name, f)
+            assert features["folded_fence"]["live"] is True
+            assert features["autotune_keep"]["live"] is False
+        server = status["server"]
+        assert server["role"] == "launcher" and server["pid"] == plain.proc.pid
+        assert server["fingerprint"] == resolved[server["pid"]]["fingerprint"]
 
-    human = kit.run_cli("status", "--url", plain.url)
-    assert human.returncode == 0, human.stderr
-    assert f"{plain.url}: 2 scheduler rank(s), generation 0 on every rank" in human.stdout
+        human = kit.run_cli("status", "--url", plain.url)
+        assert human.returncode == 0, human.stderr
+        assert f"{plain.url}: 2 scheduler rank(s), generation 0 on every rank" in human.stdout
 
+    def test_a_switch_under_generate_load_applies_on_every_rank_at_one_generation(self, kit, plain):
+        code, before = kit.cli_json("status", "--url", plain.url)
+        assert code == 0, before
+        (g0,) = {r["generation"] for r in before["ranks"]}
+        scheduler_pids = sorted(r["pid"] for r in before["ranks"])
+        load = Load(plain.url, threads=4, per_thread=12, deadline_s=240).start()
+        try:
+            assert load.wait_done(4) >= 4, f"no request answered under load\n{plain.tail()}"
+            code_on, on = kit.cli_json("set", "folded_fence=on", "--url", plain.url,
+                                       "--by", "server-tier")
+            n_on = load.done()
+            assert load.wait_done(n_on + 4) >= n_on + 4, "no request answered while switched on"
+            code_off, off = kit.cli_json("set", "folded_fence=off", "--url", plain.url,
+                                         "--by", "server-tier")
+            n_off = load.done()
+            load.wait_done(n_off + 2)
+        finally:
+            load.stop()
+        assert not load.running(), "a client is still waiting for an answer"
+        statuses = Counter(status for status, _ in load.results)
+        assert statuses == Counter({200: len(load.results)}), statuses
+        for _, body in load.results:
+            assert len(json.loads(body)["output_ids"]) == 8
+        assert len(load.results) >= n_off + 2
 
-def test_a_switch_under_generate_load_applies_on_every_rank_at_one_generation(kit, plain):
-    code, before = kit.cli_json("status", "--url", plain.url)
-    assert code == 0, before
-    (g0,) = {r["generation"] for r in before["ranks"]}
-    scheduler_pids = sorted(r["pid"] for r in before["ranks"])
-    load = Load(plain.url, threads=4, per_thread=12, deadline_s=240).start()
-    try:
-        assert load.wait_done(4) >= 4, f"no request answered under load\n{plain.tail()}"
-        code_on, on = kit.cli_json("set", "folded_fence=on", "--url", plain.url, "--by", "server-tier")
-        n_on = load.done()
-        assert load.wait_done(n_on + 4) >= n_on + 4, "no request answered while switched on"
-        code_off, off = kit.cli_json("set", "folded_fence=off", "--url", plain.url, "--by", "server-tier")
-        n_off = load.done()
-        load.wait_done(n_off + 2)
-    finally:
-        load.stop()
-    assert not load.running(), "a client is still waiting for an answer"
-    statuses = Counter(status for status, _ in load.results)
-    assert statuses == Counter({200: len(load.results)}), statuses
-    for _, body in load.results:
-        assert len(json.loads(body)["output_ids"]) == 8
-    assert len(load.results) >= n_off + 2
+        for code, answer, old, new, generation in ((code_on, on, False, True, g0 + 1),
+                                                   (code_off, off, True, False, g0 + 2)):
+            assert code == 0, answer
+            assert (answer["ok"], answer["feature"], answer["old"], answer["new"]) == \
+                (True, "folded_fence", old, new)
+            assert answer["generation"] == generation
+            ranks = answer["ranks"]
+            assert sorted(r["pid"] for r in ranks) == scheduler_pids
+            assert sorted(r["tp_rank"] for r in ranks) == [0, 1]
+            # lockstep: every rank applied it at the same generation and the same forward step
+            assert {r["generation"] for r in ranks} == {generation}
+            assert {r["step"] for r in ranks} == {answer["step"]}
+        assert off["step"] > on["step"], "the server ran no forward step between the two switches"
 
-    for code, answer, old, new, generation in ((code_on, on, False, True, g0 + 1),
-                                               (code_off, off, True, False, g0 + 2)):
-        assert code == 0, answer
-        assert (answer["ok"], answer["feature"], answer["old"], answer["new"]) == \
-            (True, "folded_fence", old, new)
-        assert answer["generation"] == generation
-        ranks = answer["ranks"]
-        assert sorted(r["pid"] for r in ranks) == scheduler_pids
-        assert sorted(r["tp_rank"] for r in ranks) == [0, 1]
-        # lockstep: every rank applied it at the same generation and the same forward step
-        assert {r["generation"] for r in ranks} == {generation}
-        assert {r["step"] for r in ranks} == {answer["step"]}
-    assert off["step"] > on["step"], "the server ran no forward step between the two switches"
+        toggled = plain.wait_events("feature.toggled", 4)
+        seen = sorted((e["generation"], e["tp_rank"], e["new"], e["step"], e["requested_by"])
+                      for e in toggled if e["generation"] > g0)
+        assert seen == [(g0 + 1, 0, True, on["step"], "server-tier"),
+                        (g0 + 1, 1, True, on["step"], "server-tier"),
+                        (g0 + 2, 0, False, off["step"], "server-tier"),
+                        (g0 + 2, 1, False, off["step"], "server-tier")]
+        assert sorted(e["pid"] for e in toggled if e["generation"] == g0 + 1) == scheduler_pids
+        assert not plain.events("feature.toggle_refused")
 
-    toggled = plain.wait_events("feature.toggled", 4)
-    seen = sorted((e["generation"], e["tp_rank"], e["new"], e["step"], e["requested_by"])
-                  for e in toggled if e["generation"] > g0)
-    assert seen == [(g0 + 1, 0, True, on["step"], "server-tier"),
-                    (g0 + 1, 1, True, on["step"], "server-tier"),
-                    (g0 + 2, 0, False, off["step"], "server-tier"),
-                    (g0 + 2, 1, False, off["step"], "server-tier")]
-    assert sorted(e["pid"] for e in toggled if e["generation"] == g0 + 1) == scheduler_pids
-    assert not plain.events("feature.toggle_refused")
-
-    code, after = kit.cli_json("status", "--url", plain.url)
-    assert code == 0 and after["generations_agree"] is True, after
-    for r in after["ranks"]:
-        assert r["generation"] == g0 + 2
-        ff = {f["name"]: f for f in r["features"]}["folded_fence"]
-        assert ff["value"] is False
-        assert ff["source"].startswith(f"live switch generation {g0 + 2} by server-tier")
-        assert [(t["generation"], t["new"]) for t in r["switches"][-2:]] == \
-            [(g0 + 1, True), (g0 + 2, False)]
+        code, after = kit.cli_json("status", "--url", plain.url)
+        assert code == 0 and after["generations_agree"] is True, after
+        for r in after["ranks"]:
+            assert r["generation"] == g0 + 2
+            ff = {f["name"]: f for f in r["features"]}["folded_fence"]
+            assert ff["value"] is False
+            assert ff["source"].startswith(f"live switch generation {g0 + 2} by server-tier")
+            assert [(t["generation"], t["new"]) for t in r["switches"][-2:]] == \
+                [(g0 + 1, True), (g0 + 2, False)]
 
 
 def test_the_same_launch_under_dsv41_flags_run_activates_every_process(kit, tmp_path):
