@@ -1,6 +1,6 @@
 """An offline ``sglang.Engine`` (the server's arguments, tp 2) in a child process, switched and
-read through the public ``dsv41_flags.switch_engine`` / ``dsv41_flags.engine_status`` (README
-"Live switches": through the Engine's own RPC socket). The child writes what it saw as JSON; the
+read through the public ``dsv41_flags.engines.sglang.switch_engine`` / ``engine_status``
+(docs/live-switches.md: through the Engine's own RPC socket). The child writes what it saw as JSON; the
 test reads that and the processes' event lines.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ ENGINE_TIMEOUT = BOOT_TIMEOUT + 120.0  # boot, then a few calls (each bounded by
 
 SCRIPT = '''
 """Boot an offline sglang.Engine with the server tier's arguments and drive its live switches
-through the public API only (dsv41_flags.switch_engine / engine_status)."""
+through the public API only (dsv41_flags.engines.sglang: switch_engine, engine_status)."""
 import json
 import sys
 
@@ -28,7 +28,8 @@ def main():
     out_path, model, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
     body = json.loads(sys.argv[4])
     import sglang
-    import dsv41_flags
+    from dsv41_flags.engines.sglang import engine_status, switch_engine
+    from dsv41_flags.live import SwitchError
 
     engine = sglang.Engine(
         model_path=model, load_format="dummy", skip_tokenizer_init=True, device="cpu",
@@ -37,20 +38,20 @@ def main():
         dtype="float32", skip_server_warmup=True, sleep_on_idle=True)
     result = {}
     try:
-        result["status_before"] = dsv41_flags.engine_status(engine, timeout_s=60)
-        result["on"] = dsv41_flags.switch_engine(engine, "folded_fence", True,
+        result["status_before"] = engine_status(engine, timeout_s=60)
+        result["on"] = switch_engine(engine, "folded_fence", True,
                                                  requested_by="server-tier", timeout_s=60)
         result["generate"] = engine.generate(input_ids=body["input_ids"],
                                              sampling_params=body["sampling_params"])
-        result["status_on"] = dsv41_flags.engine_status(engine, timeout_s=60)
+        result["status_on"] = engine_status(engine, timeout_s=60)
         try:
-            dsv41_flags.switch_engine(engine, "autotune_keep", True, timeout_s=60)
+            switch_engine(engine, "autotune_keep", True, timeout_s=60)
             result["not_live"] = None
-        except dsv41_flags.SwitchError as exc:
+        except SwitchError as exc:
             result["not_live"] = {"type": type(exc).__name__, "message": str(exc)}
-        result["off"] = dsv41_flags.switch_engine(engine, "folded_fence", "off",
+        result["off"] = switch_engine(engine, "folded_fence", "off",
                                                   requested_by="server-tier", timeout_s=60)
-        result["status_off"] = dsv41_flags.engine_status(engine, timeout_s=60)
+        result["status_off"] = engine_status(engine, timeout_s=60)
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         raise

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.server
 
 not_implemented = pytest.mark.xfail(reason="not implemented yet", strict=True)
 
-DP_SWITCH_TIMEOUT = 45.0  # seconds for dsv41-flags set on the dp launch (a switch takes ~1 s)
+DP_SWITCH_TIMEOUT = 30.0  # seconds for dsv41-flags set on the dp launch (a switch takes ~1 s)
 
 
 @pytest.fixture(scope="class")
