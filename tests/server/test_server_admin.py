@@ -9,8 +9,6 @@ entry-point group ``dsv41_flags.features``) whose target every scheduler imports
   ADMIN_OPTIONAL routes admit (``/flush_cache`` is one): with an admin key set, only
   ``Authorization: Bearer <admin key>``; the command sends the key (``--api-key`` or
   ``DSV41_API_KEY``) and says clearly when it is missing;
-- a ``requested_by`` over 256 characters is refused; a switch to the current value bumps no
-  generation (these two send the admin key, so they pass once the routes take it);
 - neither key appears in what the framework writes (passes today: event lines, files) or answers
   (status, the launch's sidecar: the fingerprint payload keeps ``--api-key`` and its value today);
   sglang's own ``server_args=`` log line prints both keys: upstream, left out of the check;
@@ -82,12 +80,6 @@ def admin(kit, tmp_path_factory):
         launch.stop()
 
 
-def admin_status(kit, admin) -> dict:
-    status, body = http("GET", admin.url + "/dsv41_flags/status", headers=ADMIN, timeout=90)
-    assert status == 200, body
-    return json.loads(body)
-
-
 @not_implemented
 def test_the_routes_admit_exactly_who_flush_cache_admits(admin):
     seen = {}
@@ -122,36 +114,6 @@ def test_the_command_without_the_key_exits_1_and_says_how_to_give_it(kit, admin)
         code, answer = kit.cli_json(*args)
         assert code == 1 and answer["ok"] is False, answer
         assert "401" in answer["error"] and "--api-key" in answer["error"], answer
-
-
-@not_implemented
-def test_a_requested_by_over_256_characters_is_refused_and_changes_nothing(kit, admin):
-    before = admin_status(kit, admin)
-    (rank,) = before["ranks"]
-    value = {f["name"]: f for f in rank["features"]}["folded_fence"]["value"]
-    status, body = http("POST", admin.url + "/dsv41_flags/set", headers=ADMIN, timeout=90,
-                        body={"name": "folded_fence", "value": not value, "requested_by": "x" * 257})
-    assert 400 <= status < 500, (status, body)
-    assert json.loads(body)["ok"] is False
-    (after,) = admin_status(kit, admin)["ranks"]
-    assert after["generation"] == rank["generation"]
-    assert {f["name"]: f for f in after["features"]}["folded_fence"]["value"] == value
-    assert len(after["switches"]) == len(rank["switches"])
-
-
-@not_implemented
-def test_a_switch_to_the_current_value_bumps_no_generation(kit, admin):
-    (rank,) = admin_status(kit, admin)["ranks"]
-    value = {f["name"]: f for f in rank["features"]}["folded_fence"]["value"]
-    status, body = http("POST", admin.url + "/dsv41_flags/set", headers=ADMIN, timeout=90,
-                        body={"name": "folded_fence", "value": value, "requested_by": "y" * 256})
-    assert status == 200, body
-    answer = json.loads(body)
-    assert answer["ok"] is True and answer["generation"] == rank["generation"]
-    (after,) = admin_status(kit, admin)["ranks"]
-    assert after["generation"] == rank["generation"]
-    assert len(after["switches"]) == len(rank["switches"])
-    assert not [e for e in admin.events("feature.toggled") if e["requested_by"] == "y" * 256]
 
 
 def _secret_lines(text: str) -> list[str]:

@@ -6,7 +6,6 @@ test reads that and the processes' event lines.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections import Counter
 
 import pytest

@@ -1,9 +1,11 @@
 """A real ``python -m sglang.launch_server --tp 2`` on the CPU, with the plugin the package
 installs: every process activates, reports its role and ranks, and agrees on the launch; a live
 switch applies on both ranks at the same generation while clients keep generating; the same
-launch under ``dsv41-flags run``; a strict drift stops the launch instead of hanging it.
+launch under ``dsv41-flags run``; a strict drift stops the launch instead of hanging it. A
+``requested_by`` over 256 characters is refused, and a switch to the current value bumps no
+generation.
 
-One plain launch serves the first three tests (``TestPlainLaunch``, class scope: it is stopped
+One plain launch serves the first five tests (``TestPlainLaunch``, class scope: it is stopped
 before the next launch boots); the ``run`` launch and the drift launch are their tests' own.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from ._server import BOOT_TIMEOUT, Launch, Load
+from ._server import BOOT_TIMEOUT, Launch, Load, http
 
 pytestmark = pytest.mark.server
 
@@ -166,6 +168,42 @@ class TestPlainLaunch:
             assert ff["source"].startswith(f"live switch generation {g0 + 2} by server-tier")
             assert [(t["generation"], t["new"]) for t in r["switches"][-2:]] == \
                 [(g0 + 1, True), (g0 + 2, False)]
+
+
+    def _status(self, plain) -> dict:
+        code, body = http("GET", plain.url + "/dsv41_flags/status", timeout=90)
+        assert code == 200, body
+        return json.loads(body)
+
+    def test_a_requested_by_over_256_characters_is_refused_and_changes_nothing(self, plain):
+        before = self._status(plain)["ranks"]
+        value = {f["name"]: f for f in before[0]["features"]}["folded_fence"]["value"]
+        code, body = http("POST", plain.url + "/dsv41_flags/set", timeout=90,
+                          body={"name": "folded_fence", "value": not value, "requested_by": "x" * 257})
+        assert 400 <= code < 500, (code, body)
+        assert json.loads(body)["ok"] is False
+        after = self._status(plain)["ranks"]
+        assert [(r["generation"], len(r["switches"])) for r in after] == \
+            [(r["generation"], len(r["switches"])) for r in before]
+        assert {f["name"]: f for f in after[0]["features"]}["folded_fence"]["value"] == value
+        assert not [e for e in plain.events("feature.toggled") if e["requested_by"] == "x" * 257]
+
+    def test_a_switch_to_the_current_value_bumps_no_generation(self, plain):
+        before = self._status(plain)["ranks"]
+        (g0,) = {r["generation"] for r in before}
+        value = {f["name"]: f for f in before[0]["features"]}["folded_fence"]["value"]
+        who = "y" * 256  # the longest requested_by accepted
+        code, body = http("POST", plain.url + "/dsv41_flags/set", timeout=90,
+                          body={"name": "folded_fence", "value": value, "requested_by": who})
+        assert code == 200, body
+        answer = json.loads(body)
+        assert answer["ok"] is True and answer["generation"] == g0, answer
+        after = self._status(plain)["ranks"]
+        assert [(r["generation"], len(r["switches"])) for r in after] == \
+            [(g0, len(r["switches"])) for r in before]
+        assert not [e for e in plain.events("feature.toggled") if e["requested_by"] == who]
+        unchanged = plain.wait_events("feature.toggle_unchanged", 2)
+        assert sorted(e["tp_rank"] for e in unchanged if e["requested_by"] == who) == [0, 1]
 
 
 def test_the_same_launch_under_dsv41_flags_run_activates_every_process(kit, tmp_path):
