@@ -1,0 +1,119 @@
+"""Other shapes of a launch on this machine: data parallel (``--dp-size 2 --tp 1``: a DP
+controller and two schedulers) and two nodes (one launch per node, ``--nnodes 2 --node-rank 0|1
+--dist-init-addr 127.0.0.1:D --tp 2``: node 1 runs a scheduler only; the TP group spans both).
+
+What works today passes; what is asked for and not implemented yet is ``xfail(strict=True)``
+(remove the mark with the change that makes it pass):
+- data parallel: a switch applies on both schedulers with one generation, and ``status --url``
+  lists both (today the request reaches no scheduler: the command answers after its 60 s);
+- two nodes: every process of both nodes reports ONE fingerprint, although each node binds its
+  scheduler to another CPU (``SGLANG_CPU_OMP_THREADS_BIND`` "0" and "1": a per-node variable).
+"""
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import pytest
+
+from ._server import Launch, free_port_block
+
+pytestmark = pytest.mark.server
+
+not_implemented = pytest.mark.xfail(reason="not implemented yet", strict=True)
+
+DP_SWITCH_TIMEOUT = 30.0  # seconds for dsv41-flags set on the dp launch (a switch takes ~1 s)
+
+
+@pytest.fixture(scope="class")
+def dp(kit, tmp_path_factory):
+    launch = Launch.server(kit, "dp", tmp_path_factory.mktemp("dp"), tp=1, bind="0|1",
+                           extra_args=("--dp-size", "2"))
+    launch.start()
+    try:
+        yield launch.wait_healthy()
+    finally:
+        launch.stop()
+
+
+class TestDataParallel:
+    """``--dp-size 2 --tp 1``: a DP controller and two schedulers (dp ranks 0 and 1)."""
+
+    def test_a_dp_launch_activates_the_controller_and_both_schedulers(self, dp):
+        resolved = dp.events("flags.resolved")
+        roles = Counter(e["role"] for e in resolved)
+        assert roles == Counter({"launcher": 1, "data_parallel_controller": 1, "scheduler": 2,
+                                 "detokenizer": 1}), roles
+        schedulers = [e for e in resolved if e["role"] == "scheduler"]
+        assert sorted((e["dp_rank"], e["tp_rank"]) for e in schedulers) == [(0, 0), (1, 0)]
+        assert len({e["fingerprint"] for e in resolved}) == 1
+
+    @not_implemented
+    def test_a_dp_switch_applies_on_both_schedulers_with_one_generation(self, kit, dp):
+        try:
+            code, answer = kit.cli_json("set", "folded_fence=on", "--url", dp.url,
+                                        timeout=DP_SWITCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"dsv41-flags set did not answer within {DP_SWITCH_TIMEOUT:.0f} s")
+        assert code == 0 and answer["ok"] is True, answer
+        assert sorted(r["dp_rank"] for r in answer["ranks"]) == [0, 1]
+        assert {r["generation"] for r in answer["ranks"]} == {answer["generation"]} == {1}
+        code, status = kit.cli_json("status", "--url", dp.url, timeout=DP_SWITCH_TIMEOUT)
+        assert code == 0 and status["generations_agree"] is True, status
+        assert sorted(r["dp_rank"] for r in status["ranks"]) == [0, 1]
+        assert {r["generation"] for r in status["ranks"]} == {1}
+        toggled = dp.wait_events("feature.toggled", 2)
+        assert sorted((e["dp_rank"], e["generation"]) for e in toggled) == [(0, 1), (1, 1)]
+
+
+@pytest.fixture(scope="class")
+def two_nodes(kit, tmp_path_factory):
+    """Node 0 and node 1 of one tp 2 launch, on this machine (ports far apart)."""
+    work = tmp_path_factory.mktemp("two_nodes")
+    dist_init = f"127.0.0.1:{free_port_block(5)}"
+    nodes = [Launch.server(kit, f"node{rank}", work / f"node{rank}", tp=2, bind=str(rank),
+                           extra_args=("--nnodes", "2", "--node-rank", str(rank),
+                                       "--dist-init-addr", dist_init))
+             for rank in (0, 1)]
+    try:
+        for node in nodes:
+            node.start()
+        for node in nodes:
+            node.wait_healthy()
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+class TestTwoNodes:
+    """Node 0 and node 1 of one tp 2 launch on this machine."""
+
+    def test_a_switch_through_node_0_reaches_the_ranks_of_both_nodes(self, kit, two_nodes):
+        node0, node1 = two_nodes
+        pid_of = {e["tp_rank"]: (e["pid"], node) for node in two_nodes
+                  for e in node.events("flags.resolved") if e["role"] == "scheduler"}
+        assert {rank: node.name for rank, (_, node) in pid_of.items()} == {0: "node0", 1: "node1"}
+        code, answer = kit.cli_json("set", "folded_fence=on", "--url", node0.url,
+                                    "--by", "server-tier")
+        assert code == 0 and answer["ok"] is True, answer
+        assert sorted((r["tp_rank"], r["pid"]) for r in answer["ranks"]) == \
+            [(0, pid_of[0][0]), (1, pid_of[1][0])]
+        assert {(r["generation"], r["step"]) for r in answer["ranks"]} == \
+            {(answer["generation"], answer["step"])}
+        # node 1's scheduler logged the switch itself
+        (toggled,) = node1.wait_events("feature.toggled", 1)
+        assert (toggled["tp_rank"], toggled["generation"], toggled["new"]) == \
+            (1, answer["generation"], True)
+        code, status = kit.cli_json("status", "--url", node0.url)
+        assert code == 0 and status["generations_agree"] is True, status
+        assert sorted(r["tp_rank"] for r in status["ranks"]) == [0, 1]
+
+    @not_implemented
+    def test_every_process_of_both_nodes_reports_one_fingerprint(self, two_nodes):
+        roles = [Counter(e["role"] for e in node.events("flags.resolved")) for node in two_nodes]
+        assert roles == [Counter({"launcher": 1, "scheduler": 1, "detokenizer": 1}),
+                         Counter({"launcher": 1, "scheduler": 1})], roles
+        fingerprints = {(node.name, e["role"], e["fingerprint"]) for node in two_nodes
+                        for e in node.events("flags.resolved")}
+        assert len({f for _, _, f in fingerprints}) == 1, sorted(fingerprints)
