@@ -101,6 +101,16 @@ def _fail(exc: FlagsError, as_json: bool) -> None:
     raise typer.Exit(1)
 
 
+def _usage_error(key: str, message: str, as_json: bool) -> None:
+    """Refuse the command line (exit 2), as a JSON answer under --json."""
+    if as_json:
+        _emit_json({"ok": False, "problems": [{"key": key, "origin": "command line",
+                                               "severity": "error", "message": message}]})
+    else:
+        err.print(f"error: {message}", style="red", highlight=False)
+    raise typer.Exit(2)
+
+
 def _load(settings, profile, as_json, *, allow_problems=False):
     try:
         features, resolution, fdir = resolve_launch(settings, profile)
@@ -584,7 +594,11 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
     With --engine (the upgrade gate): one row per feature, one column per release, each cell ok,
     drifted (with the closest existing name), undecided, out-of-range, fixed-upstream or
     unreadable. Exit 1 on drift, on a settings error (which features a boot arms is then unknown,
-    as it would stop), or when a checked feature would not install on a named release."""
+    as it would stop), or when a checked feature would not install on a named release; exit 2
+    for an empty SPEC."""
+    if engine and any(not spec.strip() for spec in engine):
+        _usage_error("--engine", "--engine got an empty SPEC: give a wheel file, a directory or "
+                     "NAME==VERSION", as_json)
     features, resolution, fdir = _load(settings, profile, as_json)
     chosen = [f for f in features if all_ or resolution.flag(f)]
     if engine:

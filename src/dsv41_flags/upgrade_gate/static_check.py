@@ -36,6 +36,7 @@ import builtins
 import collections
 import importlib
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ from typing import Any
 from dsv41_flags.declare import Feature
 from dsv41_flags.requires import Require
 from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
-from dsv41_flags.upgrade_gate.sources import _COMPILED, InstalledView, SourceView
+from dsv41_flags.upgrade_gate.sources import COMPILED, InstalledView, SourceView, Unreadable
 
 _MAX_FOLLOW = 8
 #: non-stdlib modules safe to import for live introspection (no side effects, fast)
@@ -60,8 +61,25 @@ _KEEPS_SIGNATURE = frozenset({
     "total_ordering", "dataclass", "runtime_checkable", "unique"})
 
 
-class Unreadable(ValueError):
-    """A source file that cannot be read or parsed (the message says which file and why)."""
+#: the most tokens a parsed source may have: about five times the largest module of sglang
+#: 0.5.23 (``managers/scheduler.py``, 47,000). The parser's tree costs up to about 900 bytes per
+#: token (``a\\n`` repeated), so a hostile source is refused before it can cost more than about
+#: 230 MB; a source of fewer bytes than this has fewer tokens and is not counted
+SOURCE_MAX_TOKENS = 250_000
+_TOKEN = re.compile(rb"\w+|[^ \t\f\r\w]")   # a name, a number, a newline or one punctuation byte
+
+
+def parse_source(data: bytes, filename: str) -> ast.Module:
+    """``ast.parse(data)``, refused with ``Unreadable`` when ``data`` has more than
+    ``SOURCE_MAX_TOKENS`` tokens (counted in chunks, stopping at the cap). Other failures
+    propagate as the parser raises them (SyntaxError, ValueError, RecursionError, MemoryError)."""
+    if len(data) > SOURCE_MAX_TOKENS:
+        count, step = 0, 1 << 16
+        for at in range(0, len(data), step):
+            count += len(_TOKEN.findall(data, at, at + step))
+            if count > SOURCE_MAX_TOKENS:
+                raise Unreadable(f"{filename} has more than {SOURCE_MAX_TOKENS} tokens: not parsed")
+    return ast.parse(data, filename=filename)
 
 
 def _is_stdlib(module: str) -> bool:
@@ -344,6 +362,8 @@ class Checker:
         self.view = view or InstalledView()
         self._installed = InstalledView()
         self._infos: dict[str, _ModInfo | Exception | None] = {}
+        #: why each source looked at since the last ``check`` began could not be read or parsed
+        self.failures: list[str] = []
 
     # ------------------------------------------------------------ modules
     def _find(self, module: str) -> tuple[SourceView, tuple[str, bool]] | None:
@@ -353,11 +373,15 @@ class Checker:
         return (view, found) if found else None
 
     def info(self, module: str) -> _ModInfo | None:
-        """Parsed bindings of ``module`` (None when no source is found). Raises SyntaxError,
-        UnicodeDecodeError, OSError for an unreadable source."""
+        """Parsed bindings of ``module`` (None when no source is found). Raises ``Unreadable``
+        (only) for a source that cannot be read or parsed, whatever the reader or the parser
+        raised (a size cap, a symlink out of a tree, a corrupt archive member, SyntaxError,
+        RecursionError or MemoryError of a pathological expression): the reason is kept in
+        ``failures``."""
         if module in self._infos:
             cached = self._infos[module]
             if isinstance(cached, Exception):
+                self.failures.append(str(cached))
                 raise cached
             return cached
         found = self._find(module)
@@ -366,21 +390,21 @@ class Checker:
             return None
         view, (key, is_pkg) = found
         acc = _Body()
-        if key.endswith(_COMPILED):
+        if key.endswith(COMPILED):
             tree = ast.Module(body=[], type_ignores=[])
             acc.opened = "is a compiled extension module: its names are not in any source"
         else:
             try:
-                tree = ast.parse(view.read(key), filename=key or module)
+                tree = parse_source(view.read(key), key or module)
+                acc.env = _scan(tree.body, {}, acc)
             except SyntaxError as exc:
-                self._infos[module] = Unreadable(f"source {key or module} cannot be parsed: "
-                                                 f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
-                raise self._infos[module] from None
-            except (OSError, ValueError) as exc:  # unreadable, bad encoding, null bytes
-                self._infos[module] = Unreadable(f"source {key or module} cannot be read: "
-                                                 f"{type(exc).__name__}: {exc}")
-                raise self._infos[module] from None
-        acc.env = _scan(tree.body, {}, acc)
+                self._unreadable(module, f"source {key or module} cannot be parsed: "
+                                         f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
+            except Unreadable as exc:
+                self._unreadable(module, f"source {exc}")
+            except Exception as exc:  # noqa: BLE001 - bad encoding, null bytes, RecursionError
+                self._unreadable(module, f"source {key or module} cannot be read: "   # or
+                                         f"{type(exc).__name__}: {exc}")              # MemoryError
         acc.function_globals = {n for f in ast.walk(tree) if isinstance(f, ast.Global) for n in f.names}
         info = _ModInfo(module, key, is_pkg, tree, acc)
         getattr_node = acc.env.get("__getattr__")
@@ -388,6 +412,12 @@ class Checker:
             info.lazy, info.lazy_exhaustive = _lazy_map(getattr_node.node, acc.env)
         self._infos[module] = info
         return info
+
+    def _unreadable(self, module: str, why: str) -> None:
+        """Record and raise ``Unreadable(why)`` for ``module`` (every later look raises it too)."""
+        self._infos[module] = exc = Unreadable(why)
+        self.failures.append(why)
+        raise exc from None
 
     def source_of(self, module: str) -> str | None:
         """The file (or archive member) holding ``module``'s source, or None."""
@@ -831,14 +861,14 @@ class Checker:
             if self.info(target) is None:
                 return Verdict(req.text, MISSING, f"no source for module {target}", f"module {target}",
                                self._closest_module(target))
-        except (SyntaxError, UnicodeDecodeError, OSError, ValueError) as exc:
+        except Unreadable as exc:
             return Verdict(req.text, UNDECIDED, f"unverifiable: {exc}", ".".join(req.path))
         thing: Any = _Mod(target)
         done: list[str] = []
         for part in req.path:
             try:
                 r = self.attr(thing, part)
-            except (SyntaxError, UnicodeDecodeError, OSError, ValueError) as exc:
+            except Unreadable as exc:
                 r = _R(UNDECIDED, why=f"unverifiable: {exc}")
             piece = ".".join(done + [part])
             if r.verdict == MISSING:
@@ -868,16 +898,23 @@ class Checker:
         return f"module {parent}.{close}" if close else ""
 
     def check(self, feature: Feature) -> "StaticResult":
-        """Every ``requires`` entry of ``feature`` against the target's source (no import)."""
+        """Every ``requires`` entry of ``feature`` against the target's source (no import).
+        Never raises: a source that cannot be read or parsed is in ``StaticResult.unreadable``
+        and its verdicts are undecided ("unverifiable: why")."""
+        self.failures = []
         verdicts = tuple(self.verdict(feature.target, r) for r in feature.parsed_requires)
         try:
             source = self.source_of(feature.target) if self.info(feature.target) else None
-        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+        except Exception as exc:  # noqa: BLE001 - Unreadable, or a failure of the check itself
             source = None
+            if not verdicts:
+                verdicts = (Verdict(feature.target, UNDECIDED, f"unverifiable: {exc}",
+                                    f"module {feature.target}"),)
         if source is None and not verdicts:
             verdicts = (Verdict(feature.target, MISSING, f"no source for module {feature.target}",
                                 f"module {feature.target}", self._closest_module(feature.target)),)
-        return StaticResult(feature.name, feature.target, source, verdicts)
+        return StaticResult(feature.name, feature.target, source, verdicts,
+                            tuple(dict.fromkeys(self.failures)))
 
 
 def _carried(call: ast.Call, name: str) -> frozenset | None:
@@ -1038,7 +1075,9 @@ def _lazy_map(fn: ast.FunctionDef, env: dict[str, _B]) -> tuple[dict[str, tuple[
 class StaticResult:
     """Outcome of a static check of one feature.
 
-    source: the target's file (None when not found); verdicts: one per ``requires`` entry.
+    source: the target's file (None when not found); verdicts: one per ``requires`` entry;
+    unreadable: why each source the check needed could not be read or parsed (the reason of an
+    ``unreadable`` cell of the upgrade gate).
     ``missing``: the entries not decided ok, as short texts (``"module sglang.srt.x"``,
     ``"TargetVerifyExecutor.accept_and_finalize"``, ``"Cls.meth(param)"``, ``"X.y (undecided:
     why)"``).
@@ -1048,6 +1087,7 @@ class StaticResult:
     target: str
     source: str | None
     verdicts: tuple[Verdict, ...] = ()
+    unreadable: tuple[str, ...] = ()
 
     @property
     def missing(self) -> tuple[str, ...]:
