@@ -40,8 +40,8 @@ from dsv41_flags.upgrade_gate.sources import (
     SOURCE_MAX_BYTES, SourceView, Unreadable, find_in_dir, module_parts, read_file)
 
 PIP_TIMEOUT_S = 900
-#: the largest zip central directory read (bytes): a real engine wheel's is under 1 MB (sglang
-#: 0.5.23: about 4,000 members); each entry costs memory once parsed, so it is capped first
+#: the largest zip central directory read (bytes): a real engine wheel's is under 1 MB (about
+#: 9,000 members); each entry costs memory once parsed, so it is capped first
 CENTRAL_DIRECTORY_MAX_BYTES = 16 * 1024 * 1024
 #: how much of ``METADATA`` is read (bytes): its header block must end within it (the long
 #: description after it is never needed)

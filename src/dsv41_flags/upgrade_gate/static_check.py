@@ -61,8 +61,8 @@ _KEEPS_SIGNATURE = frozenset({
     "total_ordering", "dataclass", "runtime_checkable", "unique"})
 
 
-#: the most tokens a parsed source may have: about five times the largest module of sglang
-#: 0.5.23 (``managers/scheduler.py``, 47,000). The parser's tree costs up to about 900 bytes per
+#: the most tokens a parsed source may have: about five times the largest module of the engine
+#: (its scheduler, 47,000). The parser's tree costs up to about 900 bytes per
 #: token (``a\\n`` repeated), so a hostile source is refused before it can cost more than about
 #: 230 MB; a source of fewer bytes than this has fewer tokens and is not counted
 SOURCE_MAX_TOKENS = 250_000
@@ -620,7 +620,12 @@ class Checker:
         key as the field name. ``name.__annotations__`` is followed through the class body's
         annotations and module-level assignments of a dict literal built from other dicts and
         ``**`` unpackings, down to a known field collector (``_FIELD_COLLECTORS``) over a literal
-        list of struct classes. ``(None, why)`` for anything else."""
+        list of struct classes. ``(None, why)`` for anything else.
+
+        The one collector known (``_FIELD_COLLECTORS``) is sglang's
+        ``srt.arg_groups.fields.collect_input_fields(sources)``: it returns ``(annotations,
+        defaults, namespaces)`` with every field of every listed ``msgspec.Struct`` class, and
+        ``srt/server_args.py`` rebuilds ``ServerArgs`` from them."""
         call = rebuild.value
         msgspec = _live_module("msgspec")
         func = self._expr(module, call.func, depth + 1)
@@ -1261,10 +1266,7 @@ def _carried(call: ast.Call, name: str) -> frozenset | None:
 
 
 #: functions of the engine that collect the fields of struct classes, by name -> the position,
-#: in the tuple they return, of the ``{field name: annotation}`` dict: sglang's
-#: ``arg_groups.fields.collect_input_fields(sources)`` returns ``(annotations, defaults,
-#: namespaces)`` with every field of every listed ``msgspec.Struct`` class (``ServerArgs``'s
-#: fields, in ``srt/server_args.py``)
+#: in the tuple they return, of the ``{field name: annotation}`` dict (see ``_defstruct_fields``)
 _FIELD_COLLECTORS = {"collect_input_fields": 0}
 
 
