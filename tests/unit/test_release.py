@@ -221,6 +221,9 @@ HOSTILE_WHEELS = {
                                        "not a version"),
     "METADATA without a version": (dict(meta=member("toyengine-1.0.dist-info/METADATA",
                                                     b"Name: toyengine\n\n")), "no Version"),
+    # every directory of every member is listed: a name 30,000 levels deep must not be walked
+    "member 30k levels deep": (dict(core=member("toyengine/" + "a/" * 30_000 + "core.py", CORE)),
+                               "levels"),
 }
 
 

@@ -48,6 +48,10 @@ CENTRAL_DIRECTORY_MAX_BYTES = 16 * 1024 * 1024
 METADATA_MAX_BYTES = 1024 * 1024
 #: a tree's ``pyproject.toml`` / ``_version.py`` (bytes)
 SMALL_FILE_MAX_BYTES = 1024 * 1024
+#: the longest member name and the deepest member path of a wheel read (a real one's are under
+#: 200 characters and 12 levels); every directory of every member is listed, so both are capped
+MEMBER_NAME_MAX = 1024
+MEMBER_DEPTH_MAX = 64
 _CHUNK = 1 << 16
 
 #: sub-directories of a source checkout that may hold the top-level package (the engine's own
@@ -139,8 +143,9 @@ def read_member(archive: zipfile.ZipFile, name: str, max_bytes: int, *, prefix: 
 class WheelView:
     """Module sources inside a wheel, read with zipfile (nothing extracted, nothing imported).
 
-    Raises ``Unreadable`` when the file is not a zip archive or its central directory is over
-    ``CENTRAL_DIRECTORY_MAX_BYTES``."""
+    Raises ``Unreadable`` when the file is not a zip archive, its central directory is over
+    ``CENTRAL_DIRECTORY_MAX_BYTES``, or a member name is over ``MEMBER_NAME_MAX`` characters or
+    ``MEMBER_DEPTH_MAX`` levels."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -156,6 +161,10 @@ class WheelView:
         except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, struct.error, ...
             raise Unreadable(f"{path} is not a readable wheel ({type(exc).__name__}: {exc})") from None
         self._names = set(self._zip.namelist())
+        odd = next((n for n in self._names if len(n) > MEMBER_NAME_MAX or n.count("/") > MEMBER_DEPTH_MAX), None)
+        if odd is not None:
+            raise Unreadable(f"{path} has a member name of {len(odd)} characters and {odd.count('/')} "
+                             f"levels (the limits are {MEMBER_NAME_MAX} and {MEMBER_DEPTH_MAX}): not read")
         self._dirs = {n.rsplit("/", 1)[0] for n in self._names if "/" in n}
         self._dirs |= {d.rsplit("/", i)[0] for d in list(self._dirs) for i in range(1, d.count("/") + 1)}
         self.tops = {n.split("/")[0] for n in self._names if "/" in n} | \
