@@ -220,10 +220,8 @@ def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -
     chosen = [f for f in features if not armed_only or resolution.flag(f)]
     found = {f.name: _drift_of(f, fdir) for f in chosen}
     rt = Runtime(features, Launch.of(resolution, fp, features, fdir, {}))
-    rows = preview(rt, {n: (m, s) for n, (m, _, s) in found.items()}, [f.name for f in chosen])
-    for row in rows:
-        row["undecided"] = found[row["name"]][1]
-    return rows
+    return preview(rt, {n: (m, s) for n, (m, _, s) in found.items()}, [f.name for f in chosen],
+                   undecided={n: u for n, (_, u, _) in found.items()})
 
 
 _UNDECIDED_NOTE = ("note: an undecided requirement is not drift: the live check decides it when the "
