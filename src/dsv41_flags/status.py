@@ -5,7 +5,8 @@
 * ``preview`` -> the rows of ``dsv41-flags status`` / ``status --json`` / ``validate`` / ``check``
   (what a boot would reach before importing targets, with the static drift found without
   importing): ``{"name", "state", "value", "source", "target", "engine", "engine_version",
-  "target_found", "missing", "live", "detail", "options": {option: {"value", "source"}}}``;
+  "target_found", "missing", "undecided", "live", "detail", "options": {option: {"value",
+  "source"}}}``;
 * ``process_status`` -> one process's answer to ``status --url`` (the engine's RPC and HTTP
   route): ``{pid, process, role, ranks..., **extra, "generation", "profile", "settings_files",
   "fingerprint", "features": [{"name", "state", "value", "source", "target", "detail",
@@ -23,36 +24,40 @@ from dsv41_flags.state import State
 
 #: the keys of a ``status`` row, in order
 PREVIEW_KEYS = ("name", "state", "value", "source", "target", "engine", "engine_version",
-                "target_found", "missing", "live", "detail", "options")
+                "target_found", "missing", "undecided", "live", "detail", "options")
 #: the keys of a feature in a process's answer, in order
 PROCESS_KEYS = ("name", "state", "value", "source", "target", "detail", "duration_ms", "patches",
                 "live", "engine", "options")
 
 
 def feature_record(runtime: Runtime, st: FeatureState, *, missing: Sequence[str] = (),
-                   target_found: bool | None = None) -> dict[str, Any]:
+                   undecided: Sequence[str] = (), target_found: bool | None = None) -> dict[str, Any]:
     """Everything known about one feature: the FeatureState ``st`` (name, state, value, source,
     target, detail, duration_ms, patches, live), its ``engine`` range and the installed
     ``engine_version`` (None when not installed or no engine), ``options`` (option -> ``{"value",
-    "source"}``), ``missing`` (drift found without importing: text per requirement) and
+    "source"}``), ``missing`` (drift found without importing: text per requirement),
+    ``undecided`` (requirements only the live check at import can decide: never drift) and
     ``target_found`` (the target's source was found; None when not looked up)."""
     feature: Feature = runtime.features[st.name]
     return {**st.to_dict(), "engine": feature.engine, "engine_version": engine_version(feature),
             "options": runtime.option_report(feature), "missing": list(missing),
-            "target_found": target_found}
+            "undecided": list(undecided), "target_found": target_found}
 
 
 def preview(runtime: Runtime, found: Mapping[str, tuple[list[str], str | None]],
-            names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+            names: Sequence[str] | None = None, *,
+            undecided: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
     """The ``status`` rows of ``names`` (default: every feature, install order): the state a boot
     would reach before importing targets (``Runtime.preview``), with ``found[name] = (missing,
-    target source file or None)`` from the static check. ``detail`` is shown for
+    target source file or None)`` from the static check and ``undecided[name]`` (what only the
+    live check can decide: listed, never drift). ``detail`` is shown for
     ``fixed-upstream`` only (a drifted row lists ``missing``)."""
     states = {st.name: st for st in runtime.preview({n: m for n, (m, _) in found.items()})}
     rows = []
     for name in names if names is not None else list(runtime.features):
         missing, source = found.get(name, ([], None))
         record = feature_record(runtime, states[name], missing=missing,
+                                undecided=(undecided or {}).get(name, ()),
                                 target_found=source is not None)
         if record["state"] != State.FIXED_UPSTREAM:
             record["detail"] = ""

@@ -89,3 +89,44 @@ def test_live_check_in_a_subprocess_agrees(check):
                                 f"(folded_accept, nope)', 'AcceptOuts')"}, "--import")
     assert code == 1 and data["mode"] == "import"
     assert data["features"][0]["missing"] == ["TargetVerifyExecutor.accept_and_finalize(nope)"]
+
+
+SA = "sglang.srt.server_args"
+
+
+@pytest.mark.parametrize("requires,missing", [
+    (("ServerArgs.tp_size", "ServerArgs.model_path", "ServerArgs(tp_size, dp_size)",
+      "ServerArgs.resolve_once", "ServerArgs.from_cli_args"), []),
+    (("ServerArgs.tp_sizee",), ["ServerArgs.tp_sizee"]),            # a misspelt field
+    (("ServerArgs.attn_tp_size",), ["ServerArgs.attn_tp_size"]),    # derived: not a field
+    (("ServerArgs(tp_size, nope)",), ["ServerArgs(nope)"]),
+])
+def test_server_args_fields_are_read_from_its_defstruct_rebuild(check, requires, missing):
+    """sglang rebuilds ServerArgs with msgspec.defstruct from the fields collect_input_fields
+    gathers over the namespace classes: the static check reads the same fields."""
+    code, data = check({"sa": f"target={SA!r}, requires={requires!r}"})
+    (feature,) = data["features"]
+    assert feature["missing"] == missing and feature["undecided"] == [], feature
+    assert code == (1 if missing else 0)
+    if requires == ("ServerArgs.tp_sizee",):
+        assert feature["verdicts"][0]["closest"] == "ServerArgs.tp_size"
+
+
+def test_status_of_a_feature_on_server_args_fields_is_armed(check, tmp_path):
+    check({"sa": f"target={SA!r}, requires=('ServerArgs.tp_size',)"})
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\nsa = true\n")
+    result = CliRunner().invoke(app, ["status", "--json", "-s", str(settings)])
+    (row,) = json.loads(result.stdout)["features"]
+    assert result.exit_code == 0 and row["state"] == "armed" and row["missing"] == [], row
+
+
+def test_names_of_a_compiled_engine_module_are_decided_live_when_asked(check):
+    decl = ("target='sglang.srt.rust_extensions._server', "
+            "requires=('ServerArgs', 'Server', 'NoSuchBinding')")
+    code, data = check({"ext": decl})
+    assert code == 0 and [v["verdict"] for v in data["features"][0]["verdicts"]] == ["undecided"] * 3
+    code, data = check({"ext": decl}, "--live-extensions")
+    assert code == 1 and [v["verdict"] for v in data["features"][0]["verdicts"]] == \
+        ["ok", "ok", "missing"]
+    assert data["features"][0]["missing"] == ["NoSuchBinding"]

@@ -5,6 +5,7 @@ against it with a ``Checker`` over that tree; no engine is involved.
 """
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -347,5 +348,232 @@ def test_class_rebuilt_from_its_own_namespace_keeps_its_body_only(verdict):
         Filtered = make(namespace={k: v for k, v in vars(Filtered).items() if k.startswith("x")})
     """)
     assert states(check, "ServerArgs._NS", "Other.keep", "Other.keep()") == ["ok", "ok", "ok"]
-    assert states(check, "ServerArgs.resolve_once", "ServerArgs.tp_size", "Other.nope",
-                  "Filtered.keep") == ["undecided"] * 4
+    # defstruct with literal fields says every name: the rest is missing (msgspec.Struct's own
+    # attributes excepted); a namespace not read from the source leaves names undecided
+    assert states(check, "ServerArgs.resolve_once", "ServerArgs.tp_size", "Other.nope") == \
+        ["missing"] * 3
+    assert states(check, "ServerArgs.__struct_fields__", "Other.__struct_config__") == ["ok", "ok"]
+    assert states(check, "Filtered.keep") == ["undecided"]
+
+
+# a class rebuilt by msgspec.defstruct from fields collected over namespace classes (sglang's
+# ServerArgs): the fields are read from the source
+COLLECTOR = """
+    import msgspec
+    def collect_input_fields(sources):
+        annotations, defaults = {}, {}
+        for source in sources:
+            for f in msgspec.structs.fields(source):
+                annotations[f.name] = f.type
+        return annotations, defaults, {}
+"""
+PARALLEL = """
+    import msgspec
+    from typing import ClassVar
+    class Parallel(msgspec.Struct):
+        _NS_PATH = "parallel"
+        derived = object()
+        tp_size: int = 1
+        dp_size: int = 1
+        limit: ClassVar[int] = 4
+    class Base(msgspec.Struct):
+        seed: int = 0
+    class Model(Base):
+        model_path: str = ""
+"""
+REBUILT = """
+    import msgspec
+    from pkgx.fields import collect_input_fields
+    from pkgx.parallel import Parallel, Model
+    class ServerArgs:
+        def resolve_once(self): ...
+    _INPUT_NAMESPACES = [Parallel, Model]
+    {between}
+    _annotations, _defaults, _namespaces = collect_input_fields(_INPUT_NAMESPACES)
+    ServerArgs.__annotations__ = {{**_annotations, **ServerArgs.__annotations__}}
+    ServerArgs._NS_BY_FIELD = _namespaces
+    ServerArgs = msgspec.defstruct(
+        "ServerArgs",
+        [(_n, _a, _defaults[_n]) if _n in _defaults else (_n, _a)
+         for _n, _a in ServerArgs.__annotations__.items()],
+        namespace={{_k: _v for _k, _v in vars(ServerArgs).items()
+                   if _k not in ("__dict__", "__weakref__", "__annotations__")}},
+        dict=True,{extra}
+    )
+"""
+
+
+def test_class_rebuilt_by_defstruct_from_collected_fields_has_those_fields(verdict):
+    check = verdict(REBUILT.format(between="", extra=""), fields=COLLECTOR, parallel=PARALLEL)
+    assert states(check, "ServerArgs.tp_size", "ServerArgs.model_path", "ServerArgs.seed",
+                  "ServerArgs.resolve_once", "ServerArgs._NS_BY_FIELD", "ServerArgs(tp_size, seed)",
+                  "ServerArgs.__struct_fields__") == ["ok"] * 7
+    assert states(check, "ServerArgs.tp_sizes", "ServerArgs.derived", "ServerArgs.limit",
+                  "ServerArgs._NS_PATH", "ServerArgs(nope)") == ["missing"] * 5
+    assert check("ServerArgs.tp_sizes").closest == "ServerArgs.tp_size"
+
+
+@pytest.mark.parametrize("between,extra", [
+    ("_INPUT_NAMESPACES.append(Parallel)", ""),                 # the list changed in place
+    ("_INPUT_NAMESPACES = _INPUT_NAMESPACES + extra()", ""),    # rebound to something computed
+    ("ServerArgs.__annotations__.update(more())", ""),          # annotations changed in place
+    ("setattr(ServerArgs, '__annotations__', more())", ""),
+    ("collect_input_fields = lambda s: ({}, {}, {})", ""),      # not the collector any more
+    ("", "\n        bases=(Other,),"),                          # bases not read
+])
+def test_defstruct_fields_not_read_from_the_source_stay_undecided(verdict, between, extra):
+    check = verdict(REBUILT.format(between=between, extra=extra), fields=COLLECTOR, parallel=PARALLEL)
+    assert states(check, "ServerArgs.resolve_once") == ["ok"]
+    assert states(check, "ServerArgs.tp_size", "ServerArgs.nope", "ServerArgs(tp_size)") == \
+        ["undecided"] * 3
+
+
+# ---------------------------------------------------------------- undecided is not drift
+UNDECIDED_TARGETS = {
+    # a class rebuilt by a call the source cannot follow (the shape of sglang's ServerArgs)
+    "rebuilt class": ("def rebuild(cls):\n    cls.tp_size = 1\n    return cls\n"
+                      "class ServerArgs:\n    pass\nServerArgs = rebuild(ServerArgs)\n",
+                      "ServerArgs.tp_size"),
+    "module __getattr__": ("def __getattr__(name):\n    return name.upper()\n", "Anything"),
+    "bound under a condition": ("import sys\nif sys.maxsize > 1:\n    tp_size = 1\n", "tp_size"),
+}
+BLOCKING_TARGETS = {
+    "missing": ("class ServerArgs:\n    pass\n", "ServerArgs.tp_size"),
+    "absorbed by **kwargs": ("def launch(**kwargs):\n    pass\n", "launch(tp_size)"),
+}
+
+
+@pytest.fixture
+def strict_launch(tmp_path, monkeypatch):
+    """``write(source, requirement)``: a module ``undecided_target_<n>`` with ``source`` and one
+    feature requiring ``requirement`` on it, armed, strict (the default); returns the env."""
+    import os
+    import uuid
+
+    for key in [k for k in os.environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+
+    def write(source: str, requirement: str) -> dict:
+        target = f"undecided_target_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{target}.py").write_text(source)
+        feats = tmp_path / "features"
+        feats.mkdir(exist_ok=True)
+        (feats / "ff.py").write_text(
+            "from dsv41_flags import Feature\n"
+            f"FEATURE = Feature(name='ff', target={target!r}, install=lambda m, c: None, summary='s',\n"
+            f"    engine='', requires=({requirement!r},))\n")
+        settings = tmp_path / "settings.toml"
+        settings.write_text("[default]\nff = true\n")
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("DSV41_")},
+               "DSV41_SETTINGS": str(settings), "HOME": str(tmp_path),
+               "PYTHONPATH": os.pathsep.join([str(tmp_path)] + [p for p in os.environ.get(
+                   "PYTHONPATH", "").split(os.pathsep) if p]),
+               "XDG_CACHE_HOME": str(tmp_path / "cache"), "TARGET": target}
+        monkeypatch.setenv("DSV41_SETTINGS", str(settings))
+        return env
+    return write
+
+
+def _cli(*args):
+    r = CliRunner().invoke(app, list(args))
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    return r
+
+
+@pytest.mark.parametrize("kind", sorted(UNDECIDED_TARGETS))
+def test_an_undecided_requirement_reads_as_undecided_never_as_drift(strict_launch, kind):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = strict_launch(*UNDECIDED_TARGETS[kind])
+    r = _cli("status", "--json")
+    (row,) = json.loads(r.stdout)["features"]
+    assert r.exit_code == 0, r.output
+    assert row["state"] == "armed" and row["missing"] == [] and len(row["undecided"]) == 1, row
+    r = _cli("status")
+    assert r.exit_code == 0 and "drifted" not in r.output and "would stop" not in r.output
+    assert "undecided:" in r.output and "check --import" in r.output
+    r = _cli("check", "--json")
+    data = json.loads(r.stdout)
+    assert r.exit_code == 0 and not data["drifted"] and not data["ok"], data   # never counted ok
+    assert data["features"][0]["missing"] == [] and data["features"][0]["undecided"]
+    r = _cli("check")
+    assert r.exit_code == 0 and "DRIFT" not in r.output and "UNDECIDED" in r.output
+    assert _cli("validate", "--only").exit_code == 0
+    # run starts the command; the boot imports the target and its live check decides
+    cli = str(Path(sys.executable).with_name("dsv41-flags"))
+    code = ("import importlib, os, dsv41_flags\n"
+            "importlib.import_module(os.environ['TARGET'])\nprint('started')\n")
+    proc = subprocess.run([cli, "run", "--", sys.executable, "-c", code], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "would stop" not in proc.stderr and "not starting" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "started" in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(BLOCKING_TARGETS))
+def test_a_requirement_the_boot_would_stop_on_is_drift(strict_launch, kind):
+    strict_launch(*BLOCKING_TARGETS[kind])
+    r = _cli("status", "--json")
+    (row,) = json.loads(r.stdout)["features"]
+    assert r.exit_code == 1 and row["state"] == "drifted" and row["missing"], row
+    assert "would stop" in _cli("status").output
+    r = _cli("check")
+    assert r.exit_code == 1 and "DRIFT" in r.output
+
+
+# ---------------------------------------------------------------- compiled extension modules
+@pytest.fixture
+def compiled(tmp_path, monkeypatch):
+    """``pkgx._csv``: a copy of the standard library's compiled ``_csv`` module inside package
+    ``pkgx`` (its init function is named for the last component, so it imports there), and
+    ``pkgx.mod`` importing names from it."""
+    import _csv
+    import shutil
+
+    pkg = tmp_path / "pkgx"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    shutil.copy(_csv.__file__, pkg / Path(_csv.__file__).name)
+    (pkg / "mod.py").write_text("from pkgx._csv import reader, Dialect\nfrom pkgx._csv import *\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+REQS_ON_COMPILED = [("pkgx.mod", "Dialect.delimiter", "ok"), ("pkgx.mod", "Dialect.nope", "missing"),
+                    ("pkgx.mod", "writer", "ok"), ("pkgx.mod", "QUOTE_ALL", "ok"),
+                    ("pkgx.mod", "nope", "missing"), ("pkgx._csv", "field_size_limit", "ok"),
+                    ("pkgx._csv", "readers", "missing"), ("pkgx._csv", "Error.args", "ok"),
+                    ("pkgx.mod", "reader(nope)", "undecided")]   # a builtin without a signature
+
+
+@pytest.mark.parametrize("target,text,live", REQS_ON_COMPILED)
+def test_names_of_a_compiled_module_are_decided_by_a_live_look_when_allowed(compiled, target, text, live):
+    assert Checker().verdict(target, Require.parse(text)).verdict == "undecided"
+    v = Checker(live_extensions=True).verdict(target, Require.parse(text))
+    assert v.verdict == live, v
+    if live == "missing" and target == "pkgx._csv":
+        assert "looked at live" in v.why
+
+
+def test_check_live_extensions_option(compiled, tmp_path, monkeypatch):
+    for key in [k for k in __import__("os").environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "ff.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "FEATURE = Feature(name='ff', target='pkgx.mod', install=lambda m, c: None, summary='s',\n"
+        "    engine='', requires=('Dialect.delimiter', 'writer'))\n")
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\n")
+    base = ["check", "--all", "--json", "-s", str(settings)]
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 0 and not json.loads(r.stdout)["ok"]            # undecided, not drift
+    assert "--live-extensions" in json.loads(r.stdout)["features"][0]["undecided"][0]
+    r = CliRunner().invoke(app, base + ["--live-extensions"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["ok"], r.stdout
+    r = CliRunner().invoke(app, base + ["--live-extensions", "--engine", str(tmp_path)])
+    assert r.exit_code == 1 and "--live-extensions" in json.loads(r.stdout)["problems"][0]["message"]

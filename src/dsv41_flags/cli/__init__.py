@@ -101,6 +101,16 @@ def _fail(exc: FlagsError, as_json: bool) -> None:
     raise typer.Exit(1)
 
 
+def _usage_error(key: str, message: str, as_json: bool) -> None:
+    """Refuse the command line (exit 2), as a JSON answer under --json."""
+    if as_json:
+        _emit_json({"ok": False, "problems": [{"key": key, "origin": "command line",
+                                               "severity": "error", "message": message}]})
+    else:
+        err.print(f"error: {message}", style="red", highlight=False)
+    raise typer.Exit(2)
+
+
 def _load(settings, profile, as_json, *, allow_problems=False):
     try:
         features, resolution, fdir = resolve_launch(settings, profile)
@@ -179,8 +189,9 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
               highlight=False)
     for row in rows:
-        ok = "ok" if row["target_found"] and not row["missing"] else \
-            ("missing: " + "; ".join(row["missing"]))
+        ok = "; ".join(([f"missing: {'; '.join(row['missing'])}"] if row["missing"] else []) +
+                       ([f"undecided: {'; '.join(row['undecided'])}"] if row["undecided"] else [])) \
+            or ("ok" if row["target_found"] else "no source")
         out.print(f"  {row['name']:<16} {row['state']:<14} {str(row['value']):<6} "
                   f"from {row['source']}", highlight=False)
         for name, o in row["options"].items():
@@ -192,6 +203,8 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         err.print(f"warning: {w}", style="yellow")
     for n in data["notes"]:
         err.print(f"note: {n}")
+    if any(row["undecided"] for row in rows):
+        err.print(_UNDECIDED_NOTE)
     if blockers:
         _print_blockers(blockers)
         raise typer.Exit(1)
@@ -201,11 +214,18 @@ def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -
     """Per feature, what ``status`` shows: the state a boot would reach before importing targets
     (decided by the runtime's rules, ``Runtime.preview``), flag value and source, ``options``
     (name -> {value, source}), target, engine range and installed version, static drift
-    (``missing``). ``armed_only``: only features whose flag is on (the ones a boot stops on)."""
+    (``missing``: what a boot would stop on) and ``undecided`` (requirements only the live check
+    at import can decide: never drift). ``armed_only``: only features whose flag is on (the ones
+    a boot stops on)."""
     chosen = [f for f in features if not armed_only or resolution.flag(f)]
     found = {f.name: _drift_of(f, fdir) for f in chosen}
     rt = Runtime(features, Launch.of(resolution, fp, features, fdir, {}))
-    return preview(rt, found, [f.name for f in chosen])
+    return preview(rt, {n: (m, s) for n, (m, _, s) in found.items()}, [f.name for f in chosen],
+                   undecided={n: u for n, (_, u, _) in found.items()})
+
+
+_UNDECIDED_NOTE = ("note: an undecided requirement is not drift: the live check decides it when the "
+                   "target is imported (`dsv41-flags check --import` decides it now)")
 
 
 def _boot_blockers(rows: list[dict], resolution) -> list[dict]:
@@ -562,6 +582,10 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
 def check(all_: bool = typer.Option(False, "--all", help="Check every feature, not only armed ones."),
           live: bool = typer.Option(False, "--import",
                                     help="Import the targets (in a subprocess) instead of reading their source."),
+          live_extensions: bool = typer.Option(
+              False, "--live-extensions",
+              help="Import each compiled extension module a requirement reaches (in a subprocess) "
+                   "and look its names up live, instead of leaving them undecided."),
           engine: Optional[List[str]] = typer.Option(
               None, "--engine", metavar="SPEC",
               help="Check against this engine release instead of the installed one: a wheel file, a "
@@ -573,18 +597,26 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
     every required class, function, method, parameter and module-level name gets a verdict: ok,
     missing, or undecided when the source cannot tell (never counted as ok). The installed engine
     version is checked against the feature's range. A target source that cannot be read or parsed
-    is reported as drift.
+    is reported as drift. An undecided requirement is listed, counted neither as ok nor as drift
+    (in JSON "ok" is false and "drifted" false): the live check at import decides it; --import
+    decides it now. A name of a compiled extension module is in no source: --live-extensions
+    imports that module in a subprocess and decides its names live.
 
     With --engine (the upgrade gate): one row per feature, one column per release, each cell ok,
     drifted (with the closest existing name), undecided, out-of-range, fixed-upstream or
     unreadable. Exit 1 on drift, on a settings error (which features a boot arms is then unknown,
-    as it would stop), or when a checked feature would not install on a named release."""
+    as it would stop), or when a checked feature would not install on a named release; exit 2
+    for an empty SPEC."""
+    if engine and any(not spec.strip() for spec in engine):
+        _usage_error("--engine", "--engine got an empty SPEC: give a wheel file, a directory or "
+                     "NAME==VERSION", as_json)
     features, resolution, fdir = _load(settings, profile, as_json)
     chosen = [f for f in features if all_ or resolution.flag(f)]
     if engine:
-        if live:
-            _fail(FlagsError("--import checks the installed engine; it cannot be combined with "
-                             "--engine (releases are read, never imported)"), as_json)
+        if live or live_extensions:
+            _fail(FlagsError(f"{'--import' if live else '--live-extensions'} checks the installed "
+                             "engine; it cannot be combined with --engine (releases are read, "
+                             "never imported)"), as_json)
         if not chosen:  # nothing to check: say so before fetching or reading any release
             if as_json:
                 _emit_json({"ok": True, "mode": "releases", "releases": [], "features": []})
@@ -595,17 +627,22 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
         return
     results = []
     for f in chosen:
-        verdicts, source = _verdicts_of(f, fdir, live=live)
-        missing = _missing_texts(f, verdicts)
+        verdicts, source = _verdicts_of(f, fdir, live=live, live_extensions=live_extensions)
+        missing, undecided = _split_verdicts(f, verdicts, live=live)
         results.append({"feature": f.name, "target": f.target, "source": source, "missing": missing,
-                        "verdicts": verdicts, "fixed_upstream": fixed_upstream(f) or "",
-                        "ok": not missing})
+                        "undecided": undecided, "verdicts": verdicts,
+                        "fixed_upstream": fixed_upstream(f) or "", "drifted": bool(missing),
+                        "ok": not (missing or undecided)})
     ok = all(r["ok"] for r in results)
+    drifted = any(r["drifted"] for r in results)
     if as_json:
-        _emit_json({"ok": ok, "mode": "import" if live else "static", "features": results})
+        _emit_json({"ok": ok, "drifted": drifted, "mode": "import" if live else "static",
+                    "features": results})
     else:
         for r in results:
-            line = "ok" if r["ok"] else "DRIFT: " + ", ".join(r["missing"])
+            line = "; ".join(([f"DRIFT: {', '.join(r['missing'])}"] if r["missing"] else []) +
+                             ([f"UNDECIDED: {', '.join(r['undecided'])}"] if r["undecided"] else [])) \
+                or "ok"
             out.print(f"{r['feature']:20} {r['target']}  {line}")
             for v in r["verdicts"]:
                 if v["verdict"] != "ok":
@@ -613,9 +650,9 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
                     out.print(f"    {v['verdict']:9} {v['requirement']}: {v['why']}{hint}")
         if not results:
             out.print("no feature checked (none armed; use --all)")
-        if not live and any(v["verdict"] == "undecided" for r in results for v in r["verdicts"]):
-            err.print("note: an undecided requirement is not ok; `--import` checks it live")
-    raise typer.Exit(0 if ok else 1)
+        if any(r["undecided"] for r in results):
+            err.print(_UNDECIDED_NOTE)
+    raise typer.Exit(1 if drifted else 0)
 
 
 def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
@@ -655,30 +692,40 @@ def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
     raise typer.Exit(0 if ok else 1)
 
 
-def _missing_texts(feature, verdicts: list[dict]) -> list[str]:
-    """The engine version problem (if any) then every requirement not decided ok, as short texts."""
+def _split_verdicts(feature, verdicts: list[dict], *, live: bool = False
+                    ) -> tuple[list[str], list[str]]:
+    """``(missing, undecided)`` as short texts: the engine version problem (if any) then every
+    requirement a boot would stop on (``static_check.stops_a_boot``; with ``live``, every one not
+    decided ok, as the boot's own check), and the requirements only the live check can decide."""
     from dsv41_flags.drift import Verdict
 
     bad_version = version_problem(feature)
-    texts = [Verdict(**v).describe() for v in verdicts if v["verdict"] != "ok"]
-    return ([bad_version] if bad_version else []) + list(dict.fromkeys(texts))
+    missing, undecided = [bad_version] if bad_version else [], []
+    bad = [v for v in verdicts if v["verdict"] != "ok"]
+    if bad and not live:
+        from dsv41_flags.upgrade_gate.static_check import stops_a_boot
+    for v in bad:
+        (missing if live or stops_a_boot(v) else undecided).append(Verdict(**v).describe())
+    return list(dict.fromkeys(missing)), list(dict.fromkeys(undecided))
 
 
-def _drift_of(feature, fdir, *, live: bool = False) -> tuple[list[str], str | None]:
-    """``(missing, source)``: the engine version problem (if any) then the requirements not
-    decided ok, from the target's source (``source`` = its file, None when not found) or, with
-    ``live``, from importing it in a subprocess (``source`` None)."""
+def _drift_of(feature, fdir, *, live: bool = False) -> tuple[list[str], list[str], str | None]:
+    """``(missing, undecided, source)`` (see ``_split_verdicts``), from the target's source
+    (``source`` = its file, None when not found) or, with ``live``, from importing it in a
+    subprocess (``source`` None)."""
     verdicts, source = _verdicts_of(feature, fdir, live=live)
-    return _missing_texts(feature, verdicts), source
+    return (*_split_verdicts(feature, verdicts, live=live), source)
 
 
-def _verdicts_of(feature, fdir, *, live: bool = False) -> tuple[list[dict], str | None]:
-    """One verdict dict per requirement (see ``Verdict.to_dict``) and the target's source file."""
+def _verdicts_of(feature, fdir, *, live: bool = False, live_extensions: bool = False
+                 ) -> tuple[list[dict], str | None]:
+    """One verdict dict per requirement (see ``Verdict.to_dict``) and the target's source file.
+    ``live_extensions``: compiled modules are looked at live (``Checker``)."""
     if live:
         return _live_verdicts(feature, fdir), None
-    from dsv41_flags.upgrade_gate.static_check import check_feature
+    from dsv41_flags.upgrade_gate.static_check import Checker, check_feature
 
-    result = check_feature(feature)
+    result = check_feature(feature, Checker(live_extensions=live_extensions))
     return [v.to_dict() for v in result.verdicts], result.source
 
 

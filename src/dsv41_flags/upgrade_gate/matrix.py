@@ -1,9 +1,10 @@
-"""The upgrade gate (issue 14): would each feature install on an engine release that is not
-installed? One cell per feature and release, from the release's source (no install, no import).
+"""The upgrade gate: would each feature install on an engine release that is not installed?
+One cell per feature and release, from the release's source (no install, no import).
 
 Cell states, first match wins:
 
-- ``unreadable``: the release could not be read (why);
+- ``unreadable``: the release, or a source of it that a requirement needs, could not be read or
+  parsed (why; whatever the reader or parser raised);
 - ``n/a``: the feature targets another engine distribution;
 - ``fixed-upstream``: the release is in the feature's ``fixed_in`` range (the patch can go);
 - ``drifted``: a requirement is missing (what, with the closest name that exists there);
@@ -29,7 +30,17 @@ from dsv41_flags.upgrade_gate.static_check import Checker
 def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     """The gate's cell for ``feature`` on ``release``: ``{"release", "version", "state",
     "detail", "missing", "verdicts"}`` (verdicts: one per requires entry, see ``Verdict``).
-    ``checker`` reads ``release.view`` (None when the release is unreadable)."""
+    ``checker`` reads ``release.view`` (None when the release is unreadable). Never raises: a
+    failure of the check itself is an ``unreadable`` cell naming it."""
+    try:
+        return _cell(feature, release, checker)
+    except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
+        return {"release": release.label, "version": release.version, "state": "unreadable",
+                "detail": f"the check failed: {type(exc).__name__}: {exc}", "missing": [],
+                "verdicts": []}
+
+
+def _cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     out = {"release": release.label, "version": release.version, "state": "", "detail": "",
            "missing": [], "verdicts": []}
     if release.error or checker is None:
@@ -57,6 +68,8 @@ def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
                               "why": f"the release has no package {top}"} for r in feature.requires]}
     result = checker.check(feature)
     out["verdicts"] = [v.to_dict() for v in result.verdicts]
+    if result.unreadable and not result.ok:
+        return {**out, "state": "unreadable", "detail": "; ".join(result.unreadable)}
     missing = [v for v in result.verdicts if v.verdict == "missing"]
     undecided = [v for v in result.verdicts if v.verdict == "undecided"]
     in_range = version is not None and engine.specifier.contains(version, prereleases=True)

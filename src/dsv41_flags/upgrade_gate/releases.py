@@ -1,7 +1,17 @@
-"""Engine releases read in place, for the upgrade gate (issue 14): a wheel file (read with
-zipfile: no install, no import), an unpacked source tree (a site-packages directory or a
-checkout), or a requirement such as ``sglang==0.5.24`` fetched with ``pip download --no-deps``
-into a cache directory and reused.
+"""Engine releases read in place, for the upgrade gate: a wheel file (read with zipfile: no
+install, no import), an unpacked source tree (a site-packages directory or a checkout), or a
+requirement such as ``sglang==0.5.24`` fetched with ``pip download --no-deps`` into a cache
+directory and reused.
+
+A release comes from outside and may be hostile. Every read from it is size-capped before it is
+read: a wheel's central directory (``CENTRAL_DIRECTORY_MAX_BYTES``), a member's declared size and
+the bytes it actually decompresses to (read in chunks, stopped at the cap: a zip bomb never
+allocates beyond it), ``METADATA`` (its header block within ``METADATA_MAX_BYTES``), a source
+(``SOURCE_MAX_BYTES``), a tree's ``pyproject.toml`` and version file. A tree's file is read only
+when it lies inside the tree, symlinks resolved. Whatever a reader raises (``BadZipFile``,
+``NotImplementedError`` for an unknown compression method, ``RuntimeError`` for an encrypted
+member, ``zlib.error``, a CRC mismatch, ``EOFError``...) becomes ``Unreadable`` with the reason,
+and a release that cannot be opened is a ``Release`` with ``error``: never a traceback.
 
 The cache directory is ``$XDG_CACHE_HOME/dsv41-flags/engines`` (``~/.cache/...`` when unset). A
 download goes to a temporary directory inside it and is moved in whole: never a half-written
@@ -13,6 +23,7 @@ import ast
 import email.parser
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -25,9 +36,23 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from dsv41_flags.upgrade_gate.sources import SourceView, find_in_dir
+from dsv41_flags.upgrade_gate.sources import (
+    SOURCE_MAX_BYTES, SourceView, Unreadable, find_in_dir, module_parts, read_file)
 
 PIP_TIMEOUT_S = 900
+#: the largest zip central directory read (bytes): a real engine wheel's is under 1 MB (about
+#: 9,000 members); each entry costs memory once parsed, so it is capped first
+CENTRAL_DIRECTORY_MAX_BYTES = 16 * 1024 * 1024
+#: how much of ``METADATA`` is read (bytes): its header block must end within it (the long
+#: description after it is never needed)
+METADATA_MAX_BYTES = 1024 * 1024
+#: a tree's ``pyproject.toml`` / ``_version.py`` (bytes)
+SMALL_FILE_MAX_BYTES = 1024 * 1024
+#: the longest member name and the deepest member path of a wheel read (a real one's are under
+#: 200 characters and 12 levels); every directory of every member is listed, so both are capped
+MEMBER_NAME_MAX = 1024
+MEMBER_DEPTH_MAX = 64
+_CHUNK = 1 << 16
 
 #: sub-directories of a source checkout that may hold the top-level package (the engine's own
 #: repository keeps it under ``python/``, many projects under ``src/``)
@@ -39,9 +64,12 @@ def version_from_tree(base: Path, top: str) -> str | None:
     ``__version__`` in ``<top>/_version.py`` (written at build time by setuptools-scm, as for
     sglang) or ``<top>/version.py``; else None. Reads, never imports."""
     for name in ("_version.py", "version.py"):
+        path = base / top / name
+        if not path.is_file():
+            continue
         try:
-            tree = ast.parse((base / top / name).read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            tree = ast.parse(read_file(path, SMALL_FILE_MAX_BYTES, inside=base).decode("utf-8"))
+        except Exception:  # noqa: BLE001 - any parser failure (RecursionError...): not a version
             continue
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(
@@ -58,14 +86,85 @@ def cache_dir() -> Path:
     return Path(base) / "dsv41-flags" / "engines"
 
 
+def central_directory_size(path: Path) -> int | None:
+    """The size in bytes of the zip central directory of ``path``, from its end record (zip64
+    too), read from the file's last 64 KiB; None when no end record is found (then zipfile
+    refuses the file itself)."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        tail_len = min(size, 22 + 0xFFFF + 20 + 56)
+        f.seek(size - tail_len)
+        tail = f.read(tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) - at < 22:
+        return None
+    cd_size = struct.unpack("<4s4H2LH", tail[at:at + 22])[5]
+    loc = at - 20
+    if loc >= 56 and tail[loc:loc + 4] == b"PK\x06\x07" and tail[loc - 56:loc - 52] == b"PK\x06\x06":
+        cd_size = struct.unpack("<4sQ2H2L4Q", tail[loc - 56:loc])[7]
+    return cd_size
+
+
+def read_member(archive: zipfile.ZipFile, name: str, max_bytes: int, *, prefix: bool = False,
+                where: str = "") -> bytes:
+    """The bytes of member ``name`` of ``archive``, at most ``max_bytes``: a declared size over
+    the cap is refused before reading; the data is decompressed in chunks and reading stops at
+    the cap whatever the header says (``prefix``: the first ``max_bytes`` are returned instead of
+    a refusal). Raises ``Unreadable`` naming ``where:name`` and why, for every failure of the
+    archive (bad CRC, corrupt deflate data, unknown compression, encryption, truncation)."""
+    label = f"{where}:{name}" if where else name
+    try:
+        info = archive.getinfo(name)
+        if info.file_size > max_bytes and not prefix:
+            raise Unreadable(f"{label} is {info.file_size} bytes once decompressed, over the limit "
+                             f"of {max_bytes} bytes: not read")
+        chunks, total = [], 0
+        with archive.open(info) as member:
+            while total <= max_bytes:
+                chunk = member.read(min(_CHUNK, max_bytes + 1 - total))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        data = b"".join(chunks)
+    except Unreadable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever zipfile / zlib / bz2 / lzma raise
+        raise Unreadable(f"{label} cannot be read: {type(exc).__name__}: {exc}") from None
+    if len(data) > max_bytes:
+        if prefix:
+            return data[:max_bytes]
+        raise Unreadable(f"{label} decompresses to more than {max_bytes} bytes (its header says "
+                         f"{info.file_size}): not read further")
+    return data
+
+
 class WheelView:
-    """Module sources inside a wheel, read with zipfile (nothing extracted, nothing imported)."""
+    """Module sources inside a wheel, read with zipfile (nothing extracted, nothing imported).
+
+    Raises ``Unreadable`` when the file is not a zip archive, its central directory is over
+    ``CENTRAL_DIRECTORY_MAX_BYTES``, or a member name is over ``MEMBER_NAME_MAX`` characters or
+    ``MEMBER_DEPTH_MAX`` levels."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.label = path.name
-        self._zip = zipfile.ZipFile(path)
+        try:
+            cd_size = central_directory_size(path)
+            if cd_size is not None and cd_size > CENTRAL_DIRECTORY_MAX_BYTES:
+                raise Unreadable(f"{path} has a zip central directory of {cd_size} bytes, over the "
+                                 f"limit of {CENTRAL_DIRECTORY_MAX_BYTES} bytes: not read")
+            self._zip = zipfile.ZipFile(path)
+        except Unreadable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, struct.error, ...
+            raise Unreadable(f"{path} is not a readable wheel ({type(exc).__name__}: {exc})") from None
         self._names = set(self._zip.namelist())
+        odd = next((n for n in self._names if len(n) > MEMBER_NAME_MAX or n.count("/") > MEMBER_DEPTH_MAX), None)
+        if odd is not None:
+            raise Unreadable(f"{path} has a member name of {len(odd)} characters and {odd.count('/')} "
+                             f"levels (the limits are {MEMBER_NAME_MAX} and {MEMBER_DEPTH_MAX}): not read")
         self._dirs = {n.rsplit("/", 1)[0] for n in self._names if "/" in n}
         self._dirs |= {d.rsplit("/", i)[0] for d in list(self._dirs) for i in range(1, d.count("/") + 1)}
         self.tops = {n.split("/")[0] for n in self._names if "/" in n} | \
@@ -78,6 +177,8 @@ class WheelView:
                 self._compiled.setdefault((head + "/" if head else "") + leaf.split(".")[0], n)
 
     def find(self, module: str) -> tuple[str, bool] | None:
+        if module_parts(module) is None:
+            return None
         rel = module.replace(".", "/")
         if rel + ".py" in self._names:
             return rel + ".py", False
@@ -88,7 +189,7 @@ class WheelView:
         return ("", True) if rel in self._dirs else None
 
     def read(self, key: str) -> bytes:
-        return self._zip.read(key) if key else b""
+        return read_member(self._zip, key, SOURCE_MAX_BYTES, where=self.label) if key else b""
 
     def owns(self, top: str) -> bool:
         return top in self.tops
@@ -104,13 +205,24 @@ class WheelView:
         return sorted(out - {"__init__", ""})
 
     def metadata(self) -> dict[str, str]:
-        """``Name`` and ``Version`` from the wheel's ``*.dist-info/METADATA`` ({} when absent)."""
-        meta = next((n for n in self._names if n.count("/") == 1 and
-                     n.split("/")[0].endswith(".dist-info") and n.endswith("/METADATA")), None)
-        if meta is None:
-            return {}
-        msg = email.parser.HeaderParser().parsestr(self._zip.read(meta).decode("utf-8", "replace"))
-        return {k: msg[k] for k in ("Name", "Version") if msg[k]}
+        """``Name`` and ``Version`` from the header block of the wheel's ``*.dist-info/METADATA``
+        (read up to ``METADATA_MAX_BYTES``). Raises ``Unreadable`` when the wheel has no
+        METADATA, it cannot be read, or its header block does not end within the cap."""
+        meta = sorted(n for n in self._names if n.count("/") == 1 and
+                      n.split("/")[0].endswith(".dist-info") and n.endswith("/METADATA"))
+        if not meta:
+            raise Unreadable(f"{self.path} has no *.dist-info/METADATA: not a wheel")
+        data = read_member(self._zip, meta[0], METADATA_MAX_BYTES, prefix=True, where=self.label)
+        text = data.decode("utf-8", "replace").replace("\r\n", "\n")
+        if len(data) >= METADATA_MAX_BYTES and "\n\n" not in text:
+            raise Unreadable(f"{self.label}:{meta[0]} has no end of its header block within "
+                             f"{METADATA_MAX_BYTES} bytes: not read further")
+        try:
+            msg = email.parser.HeaderParser().parsestr(text.split("\n\n", 1)[0] + "\n")
+            return {k: str(msg[k]).strip() for k in ("Name", "Version") if msg[k]}
+        except Exception as exc:  # noqa: BLE001 - a malformed header
+            raise Unreadable(f"{self.label}:{meta[0]} cannot be parsed: {type(exc).__name__}: "
+                             f"{exc}") from None
 
 
 class TreeView:
@@ -122,10 +234,13 @@ class TreeView:
         self.label = label
 
     def find(self, module: str) -> tuple[str, bool] | None:
-        return find_in_dir(self.base.joinpath(*module.split(".")))
+        parts = module_parts(module)
+        return find_in_dir(self.base.joinpath(*parts)) if parts else None
 
     def read(self, key: str) -> bytes:
-        return Path(key).read_bytes() if key else b""
+        """The source at ``key``, refused when it resolves outside the tree (a symlink) or is
+        over ``SOURCE_MAX_BYTES``."""
+        return read_file(key, inside=self.base) if key else b""
 
     def owns(self, top: str) -> bool:
         return (self.base / top).is_dir() or (self.base / f"{top}.py").is_file()
@@ -166,8 +281,18 @@ def open_release(spec: str, engines: tuple[str, ...] = (), tops: tuple[str, ...]
     engines: distribution names the features target (``Feature.engine``; a source tree's version
     is looked up under them); tops: the top-level packages of their targets (where a source
     tree's package root is; a tree is unreadable without them).
-    Never raises for a bad spec: the Release carries ``error`` (unreadable, and why).
+    Never raises for a bad spec or a hostile release: the Release carries ``error`` (unreadable,
+    and why).
     """
+    if not spec.strip():
+        return Release(spec, error="an empty release spec names no wheel, directory or requirement")
+    try:
+        return _open(spec, engines, tops, cache)
+    except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
+        return Release(spec, error=f"{spec} cannot be read: {type(exc).__name__}: {exc}")
+
+
+def _open(spec: str, engines: tuple[str, ...], tops: tuple[str, ...], cache: Path | None) -> Release:
     path = Path(spec).expanduser()
     if path.is_file():
         return _open_wheel(spec, path)
@@ -184,18 +309,22 @@ def open_release(spec: str, engines: tuple[str, ...] = (), tops: tuple[str, ...]
 
 
 def _open_wheel(spec: str, path: Path) -> Release:
+    """A wheel is read by its METADATA (what an install would record): a wheel without one, or
+    whose Name or Version is missing or not valid, is unreadable."""
     try:
         view = WheelView(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        return Release(spec, where=str(path), error=f"{path} is not a readable wheel ({exc})")
-    meta = view.metadata()
+        meta = view.metadata()
+    except Unreadable as exc:
+        return Release(spec, where=str(path), error=str(exc))
     name, version = meta.get("Name", ""), meta.get("Version", "")
     if not (name and version):
-        try:
-            wname, wversion, _, _ = parse_wheel_filename(path.name)
-            name, version = name or str(wname), version or str(wversion)
-        except InvalidWheelFilename:
-            return Release(spec, where=str(path), error=f"{path} has no METADATA with a name and version")
+        return Release(spec, where=str(path), error=f"{path}: METADATA has no "
+                       f"{'Name' if not name else 'Version'} header")
+    try:
+        Version(version)
+    except InvalidVersion:
+        return Release(spec, where=str(path), error=f"{path}: METADATA Version {version[:80]!r} is "
+                       "not a version (PEP 440)")
     return Release(spec, str(canonicalize_name(name)), version, str(path), view)
 
 
@@ -224,17 +353,27 @@ def _open_tree(spec: str, root: Path, engines: tuple[str, ...], tops: tuple[str,
         version = next((v for t in tops if (v := version_from_tree(base, t))), None) or ""
     if not version:
         version = _pyproject_version(root, base)
+    if version:
+        try:
+            Version(version)
+        except InvalidVersion:
+            return Release(spec, where=str(base), error=f"{root}: version {version[:80]!r} is not "
+                           "a version (PEP 440)")
     return Release(spec, str(canonicalize_name(name)) if name else "", version, str(base),
                    TreeView(base, str(base)))
 
 
 def _pyproject_version(*dirs: Path) -> str:
     for d in dirs:
-        try:
-            data = tomllib.loads((d / "pyproject.toml").read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        if not (d / "pyproject.toml").is_file():
             continue
-        version = data.get("project", {}).get("version")
+        try:
+            data = tomllib.loads(read_file(d / "pyproject.toml", SMALL_FILE_MAX_BYTES,
+                                           inside=dirs[0]).decode("utf-8"))
+        except Exception:  # noqa: BLE001 - any parser failure: no version from this file
+            continue
+        project = data.get("project")
+        version = project.get("version") if isinstance(project, dict) else None
         if isinstance(version, str):
             return version
     return ""

@@ -36,6 +36,7 @@ import builtins
 import collections
 import importlib
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ from typing import Any
 from dsv41_flags.declare import Feature
 from dsv41_flags.requires import Require
 from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
-from dsv41_flags.upgrade_gate.sources import _COMPILED, InstalledView, SourceView
+from dsv41_flags.upgrade_gate.sources import COMPILED, InstalledView, SourceView, Unreadable
 
 _MAX_FOLLOW = 8
 #: non-stdlib modules safe to import for live introspection (no side effects, fast)
@@ -60,8 +61,59 @@ _KEEPS_SIGNATURE = frozenset({
     "total_ordering", "dataclass", "runtime_checkable", "unique"})
 
 
-class Unreadable(ValueError):
-    """A source file that cannot be read or parsed (the message says which file and why)."""
+#: the most tokens a parsed source may have: about five times the largest module of the engine
+#: (its scheduler, 47,000). The parser's tree costs up to about 900 bytes per
+#: token (``a\\n`` repeated), so a hostile source is refused before it can cost more than about
+#: 230 MB; a source of fewer bytes than this has fewer tokens and is not counted
+SOURCE_MAX_TOKENS = 250_000
+_TOKEN = re.compile(rb"\w+|[^ \t\f\r\w]")   # a name, a number, a newline or one punctuation byte
+
+
+#: how long the live look at one compiled module may take (seconds): importing it may import the
+#: engine's heavy dependencies (torch) first
+EXTENSION_TIMEOUT_S = 300
+#: the child interpreter of ``Checker.look_live``: imports the module named by argv[1] and prints
+#: its names as JSON: per name its signature (``[names, has **kwargs]`` or null) and, for a
+#: class, ``attrs`` (``dir``) and ``closed`` (no metaclass ``__getattr__``/``__getattribute__``)
+_LOOK = r"""
+import importlib, inspect, json, sys
+m = importlib.import_module(sys.argv[1])
+def params(obj):
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return None
+    return [list(sig.parameters), any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())]
+names = {}
+for n in dir(m):
+    try:
+        obj = getattr(m, n)
+    except Exception:
+        continue
+    entry = {"params": params(obj) if callable(obj) else None}
+    if isinstance(obj, type):
+        entry["attrs"] = [a for a in dir(obj) if isinstance(a, str)]
+        entry["closed"] = not any(k not in (type, object) and ("__getattr__" in vars(k) or
+                                  "__getattribute__" in vars(k)) for k in type(obj).__mro__)
+    names[n] = entry
+listed = getattr(m, "__all__", None)
+print(json.dumps({"names": names, "closed": "__getattr__" not in vars(m), "file": m.__file__,
+                  "all": [a for a in listed if isinstance(a, str)]
+                  if isinstance(listed, (list, tuple)) else None}))
+"""
+
+
+def parse_source(data: bytes, filename: str) -> ast.Module:
+    """``ast.parse(data)``, refused with ``Unreadable`` when ``data`` has more than
+    ``SOURCE_MAX_TOKENS`` tokens (counted in chunks, stopping at the cap). Other failures
+    propagate as the parser raises them (SyntaxError, ValueError, RecursionError, MemoryError)."""
+    if len(data) > SOURCE_MAX_TOKENS:
+        count, step = 0, 1 << 16
+        for at in range(0, len(data), step):
+            count += len(_TOKEN.findall(data, at, at + step))
+            if count > SOURCE_MAX_TOKENS:
+                raise Unreadable(f"{filename} has more than {SOURCE_MAX_TOKENS} tokens: not parsed")
+    return ast.parse(data, filename=filename)
 
 
 def _is_stdlib(module: str) -> bool:
@@ -298,13 +350,30 @@ class _Alt:
 
 @dataclass(frozen=True)
 class _Rebuilt:
-    """A class rebuilt from its own namespace (``X = msgspec.defstruct("X", ..., namespace=
+    """A class rebuilt from its own namespace (``X = msgspec.defstruct("X", FIELDS, namespace=
     {k: v for k, v in vars(X).items() if k not in (...)})``): what its body bound is carried
-    over (less ``excluded``); anything else is undecided."""
+    over (less ``excluded``). ``fields``: the field names when ``FIELDS`` can be read from the
+    source (then every other name is missing unless ``msgspec.Struct`` has it), else None
+    (``fields_why`` says why: every other name is undecided)."""
 
     old: Any
     excluded: frozenset
     why: str
+    fields: frozenset | None = None
+    fields_why: str = ""
+
+
+@dataclass(frozen=True)
+class _Ext:
+    """An object of a compiled module, looked at live in a child process: ``attrs`` its
+    attribute names (``dir``; None when not listed), ``closed`` when no ``__getattr__`` /
+    ``__getattribute__`` of its metaclass can serve others, ``params`` ``(names, has **kwargs)``
+    of its signature (None when unreadable)."""
+
+    name: str
+    attrs: frozenset | None = None
+    closed: bool = False
+    params: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -331,6 +400,7 @@ class _ModInfo:
     body: _Body
     lazy: dict[str, tuple[str, str]] | None = None  # module __getattr__: name -> (module, attr)
     lazy_exhaustive: bool = False
+    live: dict | None = None  # a compiled module looked at live (see ``Checker.look_live``)
 
 
 class Checker:
@@ -338,12 +408,18 @@ class Checker:
 
     ``view``: where sources come from; the default is the installed environment. Names of
     top-level packages the view does not own are read from the installed environment.
+    ``live_extensions``: a compiled extension module of the installed environment, whose names
+    are in no source, is imported in a child process and its names looked at live
+    (``look_live``); without it they are undecided.
     """
 
-    def __init__(self, view: SourceView | None = None) -> None:
+    def __init__(self, view: SourceView | None = None, *, live_extensions: bool = False) -> None:
         self.view = view or InstalledView()
+        self.live_extensions = live_extensions
         self._installed = InstalledView()
         self._infos: dict[str, _ModInfo | Exception | None] = {}
+        #: why each source looked at since the last ``check`` began could not be read or parsed
+        self.failures: list[str] = []
 
     # ------------------------------------------------------------ modules
     def _find(self, module: str) -> tuple[SourceView, tuple[str, bool]] | None:
@@ -353,11 +429,15 @@ class Checker:
         return (view, found) if found else None
 
     def info(self, module: str) -> _ModInfo | None:
-        """Parsed bindings of ``module`` (None when no source is found). Raises SyntaxError,
-        UnicodeDecodeError, OSError for an unreadable source."""
+        """Parsed bindings of ``module`` (None when no source is found). Raises ``Unreadable``
+        (only) for a source that cannot be read or parsed, whatever the reader or the parser
+        raised (a size cap, a symlink out of a tree, a corrupt archive member, SyntaxError,
+        RecursionError or MemoryError of a pathological expression): the reason is kept in
+        ``failures``."""
         if module in self._infos:
             cached = self._infos[module]
             if isinstance(cached, Exception):
+                self.failures.append(str(cached))
                 raise cached
             return cached
         found = self._find(module)
@@ -366,28 +446,72 @@ class Checker:
             return None
         view, (key, is_pkg) = found
         acc = _Body()
-        if key.endswith(_COMPILED):
+        live = None
+        if key.endswith(COMPILED):
             tree = ast.Module(body=[], type_ignores=[])
             acc.opened = "is a compiled extension module: its names are not in any source"
+            if self.live_extensions and isinstance(view, InstalledView):
+                live = self.look_live(module, key)
+                if isinstance(live, str):
+                    acc.opened += f" (the live look failed: {live})"
+                    live = None
+            elif isinstance(view, InstalledView):
+                acc.opened += " (`check --live-extensions` looks at it live)"
         else:
             try:
-                tree = ast.parse(view.read(key), filename=key or module)
+                tree = parse_source(view.read(key), key or module)
+                acc.env = _scan(tree.body, {}, acc)
             except SyntaxError as exc:
-                self._infos[module] = Unreadable(f"source {key or module} cannot be parsed: "
-                                                 f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
-                raise self._infos[module] from None
-            except (OSError, ValueError) as exc:  # unreadable, bad encoding, null bytes
-                self._infos[module] = Unreadable(f"source {key or module} cannot be read: "
-                                                 f"{type(exc).__name__}: {exc}")
-                raise self._infos[module] from None
-        acc.env = _scan(tree.body, {}, acc)
+                self._unreadable(module, f"source {key or module} cannot be parsed: "
+                                         f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})")
+            except Unreadable as exc:
+                self._unreadable(module, f"source {exc}")
+            except Exception as exc:  # noqa: BLE001 - bad encoding, null bytes, RecursionError
+                self._unreadable(module, f"source {key or module} cannot be read: "   # or
+                                         f"{type(exc).__name__}: {exc}")              # MemoryError
         acc.function_globals = {n for f in ast.walk(tree) if isinstance(f, ast.Global) for n in f.names}
-        info = _ModInfo(module, key, is_pkg, tree, acc)
+        info = _ModInfo(module, key, is_pkg, tree, acc, live=live)
         getattr_node = acc.env.get("__getattr__")
         if getattr_node and getattr_node.exists and isinstance(getattr_node.node, ast.FunctionDef):
             info.lazy, info.lazy_exhaustive = _lazy_map(getattr_node.node, acc.env)
         self._infos[module] = info
         return info
+
+    def look_live(self, module: str, key: str = "") -> dict | str:
+        """The names of compiled module ``module`` of the installed environment, imported in a
+        child interpreter with this one's ``sys.path`` (within ``EXTENSION_TIMEOUT_S``):
+        ``{"names": {name: {"params", "attrs", "closed"}}, "all", "closed", "file"}`` (see
+        ``_LOOK``), or why the look failed (also when the child imported another file than
+        ``key``)."""
+        import json
+        import os
+        import subprocess
+
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if isinstance(p, str))}
+        try:
+            proc = subprocess.run([sys.executable, "-c", _LOOK, module], capture_output=True,
+                                  text=True, timeout=EXTENSION_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                                  env=env)
+        except subprocess.TimeoutExpired:
+            return f"importing {module} did not finish within {EXTENSION_TIMEOUT_S} s"
+        except OSError as exc:
+            return f"cannot start {sys.executable}: {exc.strerror or exc}"
+        try:
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+            if not isinstance(data.get("names"), dict):
+                raise ValueError("no names")
+        except (ValueError, IndexError, AttributeError):
+            last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+            return f"importing {module} failed: {last[0][:300]}"
+        if key and os.path.realpath(str(data.get("file"))) != os.path.realpath(key):
+            return f"the child imported {data.get('file')}, not {key}"
+        return data
+
+    def _unreadable(self, module: str, why: str) -> None:
+        """Record and raise ``Unreadable(why)`` for ``module`` (every later look raises it too)."""
+        self._infos[module] = exc = Unreadable(why)
+        self.failures.append(why)
+        raise exc from None
 
     def source_of(self, module: str) -> str | None:
         """The file (or archive member) holding ``module``'s source, or None."""
@@ -419,15 +543,7 @@ class Checker:
             return _R(UNDECIDED, why=next((r.why for r in results if r.verdict == UNDECIDED),
                                           f"{name} exists in some branches only"))
         if isinstance(thing, _Rebuilt):
-            if isinstance(thing.old, _Cls) and name not in thing.excluded:
-                env = _scan(thing.old.node.body, {}, _Body())
-                b = env.get(name)
-                if b is not None and b.state == "yes" and not name.startswith("__"):
-                    return _R(OK, self._value(thing.old.module, name, b, _Body(), depth + 1),
-                              f"carried over when {thing.why.split(' is ', 1)[1]}")
-                if name in thing.old.extra:
-                    return _R(OK, _Opaque(f"{name} is set at module level before the rebuild"))
-            return _R(UNDECIDED, why=f"{thing.why}; {name} is not in that body")
+            return self._rebuilt_attr(thing, name, depth)
         if isinstance(thing, _Mod):
             return self._mod_attr(thing, name, depth)
         if isinstance(thing, _Cls):
@@ -449,6 +565,18 @@ class Checker:
                 return _R(OK, _Live(getattr(_NT_PROTO, name)))
             return _R(MISSING, why="a namedtuple class has its fields and the namedtuple API only",
                       closest=_closest(name, list(thing.fields) + sorted(_NT_API)))
+        if isinstance(thing, _Ext):
+            if thing.attrs is None:
+                return _R(UNDECIDED, why=f"{thing.name} is an object of a compiled module: its "
+                          "attributes were not listed")
+            if name in thing.attrs:
+                return _R(OK, _Ext(f"{thing.name}.{name}"), "looked at live")
+            if hasattr(type, name):
+                return _R(OK, _Live(getattr(type, name)))
+            if not thing.closed:
+                return _R(UNDECIDED, why=f"{thing.name}'s metaclass may serve other attributes")
+            return _R(MISSING, why=f"{thing.name} has no attribute {name} (looked at live)",
+                      closest=_closest(name, sorted(thing.attrs)))
         if isinstance(thing, _Fn):
             if hasattr(_plain_function, name):
                 return _R(OK, _Opaque("a function attribute"))
@@ -456,10 +584,200 @@ class Checker:
                       "in the source")
         return _R(UNDECIDED, why=thing.why if isinstance(thing, _Opaque) else "not followable")
 
+    def _rebuilt_attr(self, thing: _Rebuilt, name: str, depth: int) -> _R:
+        old, when = thing.old, thing.why.split(" is ", 1)[1]
+        b = None
+        if isinstance(old, _Cls) and name not in thing.excluded:
+            b = _scan(old.node.body, {}, _Body()).get(name)
+            if b is not None and b.state == "yes" and not name.startswith("__"):
+                return _R(OK, self._value(old.module, name, b, _Body(), depth + 1),
+                          f"carried over when {when}")
+            if name in old.extra:
+                return _R(OK, _Opaque(f"{name} is set at module level before the rebuild"))
+        if thing.fields is not None and name in thing.fields:
+            return _R(OK, _Opaque(f"{name} is a field of the class rebuilt at {when}"),
+                      f"a field of the class {when}")
+        if thing.fields is None or not isinstance(old, _Cls):
+            return _R(UNDECIDED, why=f"{thing.why}; {name} is not in that body"
+                      + (f" ({thing.fields_why})" if thing.fields_why else ""))
+        r = self.attr(_Live(_live_module("msgspec").Struct), name, depth + 1)
+        if r.verdict == OK:
+            return r
+        if (b is not None and b.exists and name not in thing.excluded) or old.opened:
+            return _R(UNDECIDED, why=f"{thing.why}; whether it keeps {name} is not read")
+        carried = [n for n, v in _scan(old.node.body, {}, _Body()).items()
+                   if v.exists and n not in thing.excluded]
+        return _R(MISSING, why=f"{old.node.name} has no attribute {name}: no field of the class "
+                  f"{when}, nor carried over from its body, nor on msgspec.Struct",
+                  closest=_closest(name, sorted(thing.fields) + carried + sorted(old.extra)))
+
+    # ------------------------------------------------------------ a class rebuilt by defstruct
+    def _defstruct_fields(self, module: str, name: str, cls_node: ast.ClassDef, rebuild: ast.Assign,
+                          depth: int) -> tuple[frozenset | None, str]:
+        """The field names ``msgspec.defstruct`` gives the class ``name`` rebuilt at ``rebuild``
+        (module level), when the source says them: a literal list of names or ``(name, type
+        [, default])`` tuples, or a comprehension over ``name.__annotations__`` that keeps each
+        key as the field name. ``name.__annotations__`` is followed through the class body's
+        annotations and module-level assignments of a dict literal built from other dicts and
+        ``**`` unpackings, down to a known field collector (``_FIELD_COLLECTORS``) over a literal
+        list of struct classes. ``(None, why)`` for anything else.
+
+        The one collector known (``_FIELD_COLLECTORS``) is sglang's
+        ``srt.arg_groups.fields.collect_input_fields(sources)``: it returns ``(annotations,
+        defaults, namespaces)`` with every field of every listed ``msgspec.Struct`` class, and
+        ``srt/server_args.py`` rebuilds ``ServerArgs`` from them."""
+        call = rebuild.value
+        msgspec = _live_module("msgspec")
+        func = self._expr(module, call.func, depth + 1)
+        if msgspec is None or not (isinstance(func, _Live) and func.obj is getattr(msgspec, "defstruct", None)):
+            return None, f"{_short(call.func)} is not msgspec.defstruct"
+        if any(k.arg in (None, "bases") for k in call.keywords) or len(call.args) > 2:
+            return None, "its bases cannot be read"
+        arg = call.args[1] if len(call.args) == 2 else next(
+            (k.value for k in call.keywords if k.arg == "fields"), None)
+        if arg is None:
+            return None, "its fields are not given"
+        try:
+            literal = ast.literal_eval(arg)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            literal = None
+        if isinstance(literal, (list, tuple)):
+            names = [f if isinstance(f, str) else f[0] if isinstance(f, (tuple, list)) and f else None
+                     for f in literal]
+            if all(isinstance(n, str) for n in names):
+                return frozenset(names), ""
+            return None, "its fields are not literal names"
+        if not (isinstance(arg, (ast.ListComp, ast.GeneratorExp)) and len(arg.generators) == 1
+                and not arg.generators[0].ifs and not arg.generators[0].is_async):
+            return None, f"its fields {_short(arg)} are not read from the source"
+        gen = arg.generators[0]
+        key, it = None, gen.iter
+        if isinstance(gen.target, ast.Tuple) and len(gen.target.elts) == 2 and \
+                isinstance(gen.target.elts[0], ast.Name) and isinstance(it, ast.Call) and \
+                isinstance(it.func, ast.Attribute) and it.func.attr == "items" and not it.args:
+            key, it = gen.target.elts[0].id, it.func.value
+        elif isinstance(gen.target, ast.Name):
+            key = gen.target.id
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
+                    it.func.attr == "keys" and not it.args:
+                it = it.func.value
+
+        def keeps_key(elt: ast.expr) -> bool:
+            if isinstance(elt, ast.IfExp):
+                return keeps_key(elt.body) and keeps_key(elt.orelse)
+            if isinstance(elt, ast.Tuple) and elt.elts:
+                elt = elt.elts[0]
+            return isinstance(elt, ast.Name) and elt.id == key
+
+        if key is None or not keeps_key(arg.elt) or not _is_annotations_of(it, name):
+            return None, f"its fields {_short(arg)} are not read from the source"
+        info = self.info(module)
+        body = info.tree.body if info else []
+        at = [i for i, stmt in enumerate(body) if stmt is cls_node or stmt is rebuild]
+        if len(at) != 2:
+            return None, "the class or its rebuild is not at module level"
+        names: set[str] = set()
+        for stmt in cls_node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                if _is_classvar(stmt):
+                    return None, f"{name}.{stmt.target.id} is a ClassVar"
+                names.add(stmt.target.id)
+            elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                    any(isinstance(n, ast.AnnAssign) for n in ast.walk(stmt)):
+                return None, f"{name} has an annotation under a condition (line {stmt.lineno})"
+        for i in range(at[0] + 1, at[1]):
+            stmt = body[i]
+            if not _touches_annotations(stmt, name):
+                continue
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and \
+                    _is_annotations_of(stmt.targets[0], name):
+                got = self._dict_keys(module, stmt.value, body, i, names, depth + 1)
+                if isinstance(got, str):
+                    return None, got
+                names = got
+            else:
+                return None, f"{name}.__annotations__ is changed at line {stmt.lineno}"
+        return frozenset(names), ""
+
+    def _dict_keys(self, module: str, expr: ast.expr, body: list, at: int, current: set[str],
+                   depth: int) -> set[str] | str:
+        """The keys of dict expression ``expr`` at statement ``at`` of ``body`` (``current``:
+        the annotations so far), or why they cannot be read."""
+        if depth > _MAX_FOLLOW:
+            return "too many steps to follow"
+        if isinstance(expr, ast.Dict):
+            out: set[str] = set()
+            for k, v in zip(expr.keys, expr.values):
+                if k is None:
+                    got = self._dict_keys(module, v, body, at, current, depth + 1)
+                    if isinstance(got, str):
+                        return got
+                    out |= got
+                elif isinstance(k, ast.Constant) and isinstance(k.value, str):
+                    out.add(k.value)
+                else:
+                    return f"a computed key {_short(k)} (line {expr.lineno})"
+            return out
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and \
+                expr.attr == "__annotations__":
+            return set(current)
+        if not isinstance(expr, ast.Name):
+            return f"{_short(expr)} is not read from the source"
+        found = _binding_before(body, at, expr.id)
+        if isinstance(found, str):
+            return found
+        i, stmt = found
+        target = stmt.targets[0]
+        if isinstance(target, ast.Name):
+            return self._dict_keys(module, stmt.value, body, i, current, depth + 1)
+        pos = next(j for j, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == expr.id)
+        return self._collected(module, stmt.value, pos, body, i, depth + 1)
+
+    def _collected(self, module: str, call: ast.expr, pos: int, body: list, at: int,
+                   depth: int) -> set[str] | str:
+        """The field names item ``pos`` of a field collector's result holds (see
+        ``_FIELD_COLLECTORS``), or why they cannot be read."""
+        func = self._expr(module, call.func, depth + 1) if isinstance(call, ast.Call) else None
+        if not (isinstance(func, _Fn) and _FIELD_COLLECTORS.get(func.node.name) == pos
+                and len(call.args) == 1 and not call.keywords):
+            return f"{_short(call)} is not a known field collector"
+        listed = call.args[0]
+        if isinstance(listed, ast.Name):
+            found = _binding_before(body, at, listed.id)
+            if isinstance(found, str):
+                return found
+            listed = found[1].value if isinstance(found[1].targets[0], ast.Name) else None
+        if not isinstance(listed, (ast.List, ast.Tuple)):
+            return f"the classes given to {func.node.name} are not a literal list"
+        names: set[str] = set()
+        for elt in listed.elts:
+            cls = self._expr(module, elt, depth + 1) if _dotted(elt) else None
+            if not isinstance(cls, _Cls) or self._field_kind(cls) != "fields" or any(
+                    b.exists for n, b in _scan(cls.node.body, {}, _Body()).items()
+                    if n in ("__init__", "__new__")):
+                return f"{_short(elt)} given to {func.node.name} is not a struct class in the source"
+            got = self.params(cls, _short(elt), depth + 1)
+            if isinstance(got, str):
+                return got
+            names |= set(got[0])
+        return names
+
     def _mod_attr(self, mod: _Mod, name: str, depth: int) -> _R:
         info = self.info(mod.name)
         if info is None:
             return _R(UNDECIDED, why=f"no source for module {mod.name}")
+        if info.live is not None:
+            entry = info.live["names"].get(name)
+            if isinstance(entry, dict):
+                attrs = entry.get("attrs")
+                return _R(OK, _Ext(f"{mod.name}.{name}", frozenset(attrs) if attrs is not None else
+                                   None, bool(entry.get("closed")),
+                                   tuple(entry["params"]) if entry.get("params") else None),
+                          f"looked at live: {mod.name} is a compiled module")
+            if not info.live.get("closed"):
+                return _R(UNDECIDED, why=f"compiled module {mod.name} has a module __getattr__")
+            return _R(MISSING, why=f"compiled module {mod.name} has no {name} (looked at live)",
+                      closest=_closest(name, list(info.live["names"])))
         b = info.body.env.get(name)
         if b is not None and b.state == "tc":
             return _R(MISSING, why=f"{name} is imported only under `if TYPE_CHECKING:` in "
@@ -512,6 +830,11 @@ class Checker:
             return _R(UNDECIDED, why=f"re-exported with `from {origin} import *`: {thing.why}")
         if isinstance(thing, _Mod):
             info = self.info(origin)
+            if info is not None and info.live is not None:
+                listed = info.live.get("all")
+                if (name not in listed) if isinstance(listed, list) else name.startswith("_"):
+                    return _R(MISSING)
+                return self.attr(thing, name, depth + 1)
             all_b = info.body.env.get("__all__") if info else None
             if all_b is not None and all_b.exists:
                 if all_b.ambiguous or all_b.alts:
@@ -568,8 +891,9 @@ class Checker:
             excluded = _carried(node.value, name)
             if excluded is not None:
                 old = self._value(module, name, b.prev, body, depth + 1)
+                fields, why = self._defstruct_fields(module, name, b.prev.node, node, depth + 1)
                 return _Rebuilt(old, excluded, f"{name} is rebuilt at line {node.lineno} by "
-                                f"{_short(node.value.func)}(...) from its class body")
+                                f"{_short(node.value.func)}(...) from its class body", fields, why)
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             return self._expr(module, node.value, depth + 1) or \
                 _Opaque(f"{name} is set to {_short(node.value)} (line {node.lineno}): not "
@@ -787,6 +1111,18 @@ class Checker:
             if kind == "unknown":
                 return f"{owner}'s constructor cannot be read from the source"
             return [], False
+        if isinstance(thing, _Ext):
+            if thing.params is None:
+                return f"the signature of {owner} (a compiled module's) cannot be read"
+            return list(thing.params[0]), bool(thing.params[1])
+        if isinstance(thing, _Rebuilt):
+            if thing.fields is None:
+                return f"{owner}'s constructor comes from {thing.why} ({thing.fields_why})"
+            if isinstance(thing.old, _Cls) and any(
+                    n in ("__init__", "__new__") and n not in thing.excluded
+                    for n in _scan(thing.old.node.body, {}, _Body())):
+                return f"{owner}'s constructor is carried over from its body: not read"
+            return sorted(thing.fields), False
         if isinstance(thing, _Opaque):
             return thing.why
         return f"{owner} is not a function or class in the source"
@@ -831,14 +1167,14 @@ class Checker:
             if self.info(target) is None:
                 return Verdict(req.text, MISSING, f"no source for module {target}", f"module {target}",
                                self._closest_module(target))
-        except (SyntaxError, UnicodeDecodeError, OSError, ValueError) as exc:
+        except Unreadable as exc:
             return Verdict(req.text, UNDECIDED, f"unverifiable: {exc}", ".".join(req.path))
         thing: Any = _Mod(target)
         done: list[str] = []
         for part in req.path:
             try:
                 r = self.attr(thing, part)
-            except (SyntaxError, UnicodeDecodeError, OSError, ValueError) as exc:
+            except Unreadable as exc:
                 r = _R(UNDECIDED, why=f"unverifiable: {exc}")
             piece = ".".join(done + [part])
             if r.verdict == MISSING:
@@ -849,7 +1185,8 @@ class Checker:
             done.append(part)
             thing = r.thing
         if not req.params:
-            why = "found in the source" + (f" ({r.why})" if r.why else "")
+            why = r.why if r.why.startswith("looked at live") else \
+                "found in the source" + (f" ({r.why})" if r.why else "")
             return Verdict(req.text, OK, why)
         owner = ".".join(req.path)
         got = self.params(thing, owner)
@@ -868,16 +1205,23 @@ class Checker:
         return f"module {parent}.{close}" if close else ""
 
     def check(self, feature: Feature) -> "StaticResult":
-        """Every ``requires`` entry of ``feature`` against the target's source (no import)."""
+        """Every ``requires`` entry of ``feature`` against the target's source (no import).
+        Never raises: a source that cannot be read or parsed is in ``StaticResult.unreadable``
+        and its verdicts are undecided ("unverifiable: why")."""
+        self.failures = []
         verdicts = tuple(self.verdict(feature.target, r) for r in feature.parsed_requires)
         try:
             source = self.source_of(feature.target) if self.info(feature.target) else None
-        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+        except Exception as exc:  # noqa: BLE001 - Unreadable, or a failure of the check itself
             source = None
+            if not verdicts:
+                verdicts = (Verdict(feature.target, UNDECIDED, f"unverifiable: {exc}",
+                                    f"module {feature.target}"),)
         if source is None and not verdicts:
             verdicts = (Verdict(feature.target, MISSING, f"no source for module {feature.target}",
                                 f"module {feature.target}", self._closest_module(feature.target)),)
-        return StaticResult(feature.name, feature.target, source, verdicts)
+        return StaticResult(feature.name, feature.target, source, verdicts,
+                            tuple(dict.fromkeys(self.failures)))
 
 
 def _carried(call: ast.Call, name: str) -> frozenset | None:
@@ -919,6 +1263,55 @@ def _carried(call: ast.Call, name: str) -> frozenset | None:
                 if isinstance(excluded, (tuple, list, set, frozenset)):
                     return frozenset(str(x) for x in excluded)
     return None
+
+
+#: functions of the engine that collect the fields of struct classes, by name -> the position,
+#: in the tuple they return, of the ``{field name: annotation}`` dict (see ``_defstruct_fields``)
+_FIELD_COLLECTORS = {"collect_input_fields": 0}
+
+
+def _is_annotations_of(expr: ast.expr, name: str) -> bool:
+    return isinstance(expr, ast.Attribute) and expr.attr == "__annotations__" and \
+        isinstance(expr.value, ast.Name) and expr.value.id == name
+
+
+def _touches_annotations(stmt: ast.stmt, name: str) -> bool:
+    """Whether ``stmt`` mentions ``name.__annotations__`` or calls ``setattr`` on ``name``."""
+    for n in ast.walk(stmt):
+        if _is_annotations_of(n, name):
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "setattr" \
+                and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
+            return True
+    return False
+
+
+def _binding_before(body: list, at: int, name: str) -> tuple[int, ast.Assign] | str:
+    """``(index, statement)`` of the module-level ``name = ...`` / ``a, name, b = ...`` in effect
+    at statement ``at`` of ``body``, when it is the only kind of binding and nothing between
+    changes ``name`` in place; else why not."""
+    found = None
+    for i, stmt in enumerate(body[:at]):
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and (
+                (isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name) or
+                (isinstance(stmt.targets[0], ast.Tuple) and any(
+                    isinstance(e, ast.Name) and e.id == name for e in stmt.targets[0].elts) and
+                 all(isinstance(e, ast.Name) for e in stmt.targets[0].elts))):
+            found = (i, stmt)
+            continue
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if stmt.name == name or any(isinstance(n, ast.Global) and name in n.names
+                                        for n in ast.walk(stmt)):
+                return f"{name} is bound in a function or class (line {stmt.lineno})"
+            continue
+        for n in ast.walk(stmt):
+            if (isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)) or (
+                    isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.value, ast.Name)
+                    and n.value.id == name and (not isinstance(n.ctx, ast.Load) or (
+                        isinstance(n, ast.Attribute) and n.attr in _MUTATORS))) or (
+                    isinstance(n, ast.alias) and (n.asname or n.name) == name):
+                return f"{name} is bound or changed at line {stmt.lineno}"
+    return found if found else f"{name} is not bound at module level before it is used"
 
 
 def _plain_function():  # the attributes every function has
@@ -1038,7 +1431,9 @@ def _lazy_map(fn: ast.FunctionDef, env: dict[str, _B]) -> tuple[dict[str, tuple[
 class StaticResult:
     """Outcome of a static check of one feature.
 
-    source: the target's file (None when not found); verdicts: one per ``requires`` entry.
+    source: the target's file (None when not found); verdicts: one per ``requires`` entry;
+    unreadable: why each source the check needed could not be read or parsed (the reason of an
+    ``unreadable`` cell of the upgrade gate).
     ``missing``: the entries not decided ok, as short texts (``"module sglang.srt.x"``,
     ``"TargetVerifyExecutor.accept_and_finalize"``, ``"Cls.meth(param)"``, ``"X.y (undecided:
     why)"``).
@@ -1048,6 +1443,7 @@ class StaticResult:
     target: str
     source: str | None
     verdicts: tuple[Verdict, ...] = ()
+    unreadable: tuple[str, ...] = ()
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -1061,6 +1457,23 @@ class StaticResult:
     def ok(self) -> bool:
         """True when every entry is decided ok."""
         return all(v.ok for v in self.verdicts)
+
+
+#: the end of ``drift.param_verdict``'s reason for a parameter only ``**kwargs`` would absorb
+_ABSORBED = "would only be absorbed by **kwargs"
+
+
+def stops_a_boot(verdict: dict | Verdict) -> bool:
+    """Whether a static verdict (a ``Verdict`` or its ``to_dict``) already says what a boot's
+    live check at import would find not ok: ``missing``; a source that cannot be read or parsed
+    (``unverifiable: ...``: its import fails); a parameter only ``**kwargs`` would absorb (the
+    live check has the same rule, and its ``undecided`` stops a strict boot). Any other
+    ``undecided`` verdict is one only the live check can decide: it never counts as drift."""
+    v = verdict if isinstance(verdict, dict) else verdict.to_dict()
+    if v["verdict"] == MISSING:
+        return True
+    return v["verdict"] == UNDECIDED and (v["why"].startswith("unverifiable:") or
+                                          v["why"].endswith(_ABSORBED))
 
 
 def check_feature(feature: Feature, checker: Checker | None = None) -> StaticResult:
