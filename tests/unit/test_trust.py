@@ -90,7 +90,9 @@ def test_snapshot_round_trip_keeps_the_launch(demo):
     c = child(p.snapshot())
     assert c.from_snapshot and c.fingerprint.digest == p.fingerprint.digest
     assert c.options(c.features["demo_patch"]) == {"n": 5}
-    assert c.launch.feature_files == p.launch.feature_files and len(c.launch.feature_files) == 1
+    assert c.launch.feature_files == p.launch.feature_files
+    assert {os.path.basename(f) for f, _ in c.launch.feature_files} == {  # local and shipped
+        "demo_patch.py", "autotune_keep.py", "folded_fence.py"}
 
 
 def test_ill_typed_option_in_snapshot_is_refused_not_installed(demo):
@@ -104,7 +106,8 @@ def test_ill_typed_option_in_snapshot_is_refused_not_installed(demo):
 
 
 def test_snapshot_cannot_name_code_to_run(demo, tmp_path):
-    data = json.loads(parent(demo).snapshot())
+    launched = parent(demo)
+    data = json.loads(launched.snapshot())
     # an entry point no installed distribution declares
     forged = copy.deepcopy(data)
     forged["entry_points"] = [["evil", "os:system"]]
@@ -114,7 +117,7 @@ def test_snapshot_cannot_name_code_to_run(demo, tmp_path):
     marker = tmp_path / "ran"
     (demo.feats / "dropped.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
     c = child(json.dumps(data))
-    assert not marker.exists() and set(c.features) == {"demo_patch"}
+    assert not marker.exists() and "dropped" not in c.features and set(c.features) == set(launched.features)
     # a file outside the features dir, even with its right digest
     outside = tmp_path / "evil.py"
     outside.write_text(f"open({str(marker)!r}, 'w').write('x')\n")
