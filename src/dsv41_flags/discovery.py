@@ -202,7 +202,9 @@ def check_unique(features: list[Feature]) -> None:
                 what = "name" if other.name == feature.name else f"setting key {key}"
                 raise DeclarationError(
                     f"feature {feature.name!r} ({feature.source}) duplicates the {what} of feature "
-                    f"{other.name!r} ({other.source})")
+                    f"{other.name!r} ({other.source}): feature names and setting keys are unique "
+                    f"across the shipped features, the local features directory and the "
+                    f"installed entry points")
             owner[key] = feature
     names = {f.name for f in features}
     for feature in features:
