@@ -378,10 +378,10 @@ def test_forked_child_owns_its_runtime(demo):
             again = dsv41_flags.activate()                # as sglang's plugin loader would
             print(json.dumps({{"child": os.getpid(), "same": again is dsv41_flags.current_runtime(),
                               "out": m.Worker().forward(),
-                              "state": again.states()[0].state}}), flush=True)
+                              "state": next(s for s in again.states() if s.name == "demo_patch").state}}), flush=True)
             os._exit(0)
         os.waitpid(pid, 0)
-        print(json.dumps({{"parent_state": rt.states()[0].state}}))
+        print(json.dumps({{"parent_state": next(s for s in rt.states() if s.name == "demo_patch").state}}))
     """)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(l) for l in proc.stdout.splitlines()]
@@ -418,7 +418,7 @@ def test_uninstall_before_import_disarms(demo):
         rt = dsv41_flags.activate()
         rt.uninstall()
         import {demo.target} as m
-        print(m.Worker().forward(), rt.states()[0].state)
+        print(m.Worker().forward(), next(s for s in rt.states() if s.name == "demo_patch").state)
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["stock", "uninstalled"]
@@ -429,12 +429,13 @@ def test_audit_lost_follows_what_the_engine_would_call(demo):
     proc = run_py(demo, f"""
         import dsv41_flags, {demo.target} as m
         rt = dsv41_flags.activate()
-        assert rt.audit()[0].state == "installed"
+        assert next(s for s in rt.audit() if s.name == "demo_patch").state == "installed"
         class Worker:                       # the class itself replaced in the module
             def forward(self):
                 return "other"
         m.Worker = Worker
-        print(rt.audit()[0].state, rt.audit()[0].detail)
+        st = next(s for s in rt.audit() if s.name == "demo_patch")
+        print(st.state, st.detail)
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["lost", "Worker.forward"]
