@@ -1,9 +1,15 @@
-"""Discovery of feature declarations: a features directory plus the entry-point group
-``dsv41_flags.features``.
+"""Discovery of feature declarations, from three sources that ADD to each other:
 
-Each module in the directory declares ``FEATURE = Feature(...)`` (or ``FEATURES = [...]``).
+1. the features shipped in the package (``dsv41_flags/_data/features``, ``SHIPPED_FEATURES``);
+2. one local features directory (``features_dir`` / ``DSV41_FEATURES_DIR``, or ``features/``
+   beside the settings file): the operator's own hot fixes, beside the shipped ones;
+3. the entry points of group ``dsv41_flags.features`` of the installed distributions.
+
+A feature name (or setting key) declared by two sources is a DeclarationError naming both.
+Each module in a directory declares ``FEATURE = Feature(...)`` (or ``FEATURES = [...]``).
 Modules are imported under the private package name ``dsv41_flags_features.<stem>``, never as a
-top-level ``features`` package (which could shadow or be shadowed by another one).
+top-level ``features`` package (which could shadow or be shadowed by another one), so a file
+name is unique across the two directories too.
 """
 from __future__ import annotations
 
@@ -27,6 +33,9 @@ from dsv41_flags.fingerprint import check_volatile_declarations
 
 ENTRY_POINT_GROUP = "dsv41_flags.features"
 PACKAGE = "dsv41_flags_features"
+#: the features shipped in the package (the repository's top-level features/ is a symlink to it):
+#: always discovered, beside the local directory and the entry points
+SHIPPED_FEATURES = Path(__file__).resolve().parent / "_data" / "features"
 
 
 def _features_of(obj, origin: str, sha256: str = "") -> list[Feature]:
@@ -95,33 +104,29 @@ def with_engine_default(features: Sequence[Feature]) -> list[Feature]:
 
 def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, str]] = True,
              sources: dict[Path, bytes] | None = None) -> tuple[Feature, ...]:
-    """Load every feature: ``*.py`` in ``features_dir`` (sorted, ``_``-prefixed files skipped) and
-    the entry points of group ``dsv41_flags.features`` (``entry_points``: True = scan the installed
-    distributions, False = none, a list of ``(name, value)`` = exactly those, as in a snapshot);
-    ``sources``: path -> bytes of the feature files to load instead of reading ``features_dir``
-    (the snapshot's verified files). Each feature gets ``source`` and ``source_sha256``, and the
-    engine adapter's range when it declares no ``engine`` (``with_engine_default``). Every
-    declaration is validated the same way whoever calls.
+    """Load every feature: ``*.py`` (sorted, ``_``-prefixed files skipped) in the shipped
+    directory ``SHIPPED_FEATURES`` and in ``features_dir`` (the local directory, None: none; the
+    shipped directory itself adds nothing), and the entry points of group
+    ``dsv41_flags.features`` (``entry_points``: True = scan the installed distributions, False =
+    none, a list of ``(name, value)`` = exactly those, as in a snapshot); ``sources``: path ->
+    bytes of the feature files to load instead of reading the directories (the snapshot's
+    verified files). Each feature gets ``source`` and ``source_sha256``, and the engine adapter's
+    range when it declares no ``engine`` (``with_engine_default``). Every declaration is
+    validated the same way whoever calls.
 
     Returns features sorted by name. Raises DeclarationError naming the file (or entry point) on
-    a module that fails to import, declares nothing, declares a duplicate name or key, or a
-    volatile name that matches no flag, option or engine variable prefix.
+    a module that fails to import or declares nothing; naming both sources on a feature name or
+    key declared twice (shipped, local or installed) or two feature files of the same name in
+    the two directories; on a volatile name that matches no flag, option or engine variable
+    prefix.
     """
     features: list[Feature] = []
-    if sources is None and features_dir is not None and features_dir.is_dir():
-        sources = {}
-        for path in sorted(p for p in features_dir.iterdir() if p.name.endswith(".py")):  # *.py
-            if not path.name.startswith("_"):
-                try:  # a regular file directly in the directory: no FIFO, device or symlink
-                    data = read_regular(path, FEATURE_MAX_BYTES, follow_symlinks=False)
-                    sources[path.resolve()] = data
-                except FileRefused as exc:
-                    raise DeclarationError(f"feature file {exc}: a feature file must be a regular "
-                                           f"file directly in {features_dir}") from None
-                except Exception as exc:
-                    raise DeclarationError(f"feature file {path}: cannot read it: "
-                                           f"{type(exc).__name__}: {exc}") from None
-    for path, source in sorted((sources or {}).items()):
+    if sources is None:
+        sources, stems = {}, {}
+        for directory in feature_directories(features_dir):
+            if directory.is_dir():
+                _read_directory(directory, sources, stems)
+    for path, source in sorted(sources.items()):
         features.extend(_features_of(_import_file(path, source), str(path),
                                      hashlib.sha256(source).hexdigest()))
     if entry_points:
@@ -142,6 +147,47 @@ def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, 
     return tuple(sorted(with_engine_default(features), key=lambda f: f.name))
 
 
+def feature_directories(features_dir: Path | None) -> list[Path]:
+    """The directories features are read from, in order: ``SHIPPED_FEATURES``, then
+    ``features_dir`` unless it is the shipped one (compared resolved)."""
+    dirs = [SHIPPED_FEATURES]
+    if features_dir is not None:
+        try:
+            same = Path(features_dir).resolve() == SHIPPED_FEATURES
+        except (OSError, RuntimeError):  # a symlink loop: read (and refused) below
+            same = False
+        if not same:
+            dirs.append(Path(features_dir))
+    return dirs
+
+
+def _read_directory(directory: Path, sources: dict[Path, bytes], stems: dict[str, Path]) -> None:
+    """Add ``path -> bytes`` of every ``*.py`` directly in ``directory`` (``_``-prefixed skipped)
+    to ``sources``. Raises DeclarationError for a file that is not a regular file, cannot be read,
+    or has the module name of a file of another directory (``stems``: stem -> first path)."""
+    for path in sorted(p for p in directory.iterdir() if p.name.endswith(".py")):  # *.py
+        if path.name.startswith("_"):
+            continue
+        other = stems.get(path.stem)
+        if other is not None:
+            raise DeclarationError(
+                f"feature file {path} and feature file {other} are both named {path.name}: "
+                f"features from {other.parent} and {directory} are loaded side by side (module "
+                f"{PACKAGE}.{path.stem}), so a file name and a feature name are unique across "
+                f"them; to change a shipped feature, give your copy another file and feature name "
+                f"and turn the shipped one off")
+        try:  # a regular file directly in the directory: no FIFO, device or symlink
+            data = read_regular(path, FEATURE_MAX_BYTES, follow_symlinks=False)
+            sources[path.resolve()] = data
+        except FileRefused as exc:
+            raise DeclarationError(f"feature file {exc}: a feature file must be a regular "
+                                   f"file directly in {directory}") from None
+        except Exception as exc:
+            raise DeclarationError(f"feature file {path}: cannot read it: "
+                                   f"{type(exc).__name__}: {exc}") from None
+        stems[path.stem] = path
+
+
 def check_unique(features: list[Feature]) -> None:
     """Raise DeclarationError when two features share a name or a setting key, a key is reserved by
     the framework, or ``after`` names the feature itself or no known feature."""
@@ -156,7 +202,9 @@ def check_unique(features: list[Feature]) -> None:
                 what = "name" if other.name == feature.name else f"setting key {key}"
                 raise DeclarationError(
                     f"feature {feature.name!r} ({feature.source}) duplicates the {what} of feature "
-                    f"{other.name!r} ({other.source})")
+                    f"{other.name!r} ({other.source}): feature names and setting keys are unique "
+                    f"across the shipped features, the local features directory and the "
+                    f"installed entry points")
             owner[key] = feature
     names = {f.name for f in features}
     for feature in features:

@@ -68,8 +68,10 @@ class FeatureState(NamedTuple):
 
 
 def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> Path:
-    """``FEATURES_DIR`` when set, else ``features/`` beside the first settings file when it exists,
-    else the features shipped in the package (``dsv41_flags/_data/features``)."""
+    """The local features directory: ``FEATURES_DIR`` when set, else ``features/`` beside the
+    first settings file when it exists, else the features shipped in the package
+    (``dsv41_flags/_data/features``). Its features ADD to the shipped ones and the installed
+    entry points (``discovery.discover``)."""
     if reserved.get("FEATURES_DIR"):
         return Path(reserved["FEATURES_DIR"])
     for f in files:

@@ -564,8 +564,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
     strict = bool(reserved["STRICT"])
     known = set(values) | set(RESERVED_KEYS)
     external = set(reserved["EXTERNAL"]) | set(volatile_sources)
-    origin = (f"features are read from {features_dir}: "
-              f"{', '.join(f.name for f in features) or 'none found'}") if features_dir else ""
+    origin = (f"known features: {', '.join(f.name for f in features) or 'none found'} (shipped, "
+              f"from {features_dir} and installed)") if features_dir else ""
     problems.extend(_unknown_keys(settings, known, external, environ, strict, origin))
     loaded = [str(p) for f in files for p in (f, local_companion(f)) if p.is_file()]
     return Resolution(profile=profile, profiles=profiles, files=tuple(loaded),

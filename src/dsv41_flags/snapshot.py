@@ -431,17 +431,20 @@ def installed_entry_points() -> set[tuple[str, str]]:
 
 def verified_sources(data: Mapping) -> dict[Path, bytes]:
     """Path -> bytes of every feature file the launch recorded, after checking that each lies
-    directly in the launch's features directory and still has its recorded sha256.
+    directly in the launch's features directory or in the shipped features directory
+    (``discovery.SHIPPED_FEATURES``) and still has its recorded sha256.
     Raises SnapshotError otherwise."""
+    from dsv41_flags.discovery import SHIPPED_FEATURES
+
     files = _pairs(data["feature_files"], "snapshot.feature_files", is_sha256)
-    if files and not data["features_dir"]:
-        raise _fail("feature files are listed but no features_dir")
     base = Path(data["features_dir"]).resolve() if data["features_dir"] else None
     out: dict[Path, bytes] = {}
     for name, digest in files:
         path = Path(name)
-        if not path.is_absolute() or path.suffix != ".py" or path.resolve().parent != base:
-            raise _fail(f"feature file {name} is not a *.py file directly in features_dir {base}")
+        if not path.is_absolute() or path.suffix != ".py" or \
+                path.resolve().parent not in (base, SHIPPED_FEATURES):
+            raise _fail(f"feature file {name} is not a *.py file directly in features_dir {base} "
+                        f"or in the shipped features ({SHIPPED_FEATURES})")
         try:  # a regular file, not a symlink, never blocking (a FIFO is refused, not waited on)
             data_bytes = read_regular(path, FEATURE_MAX_BYTES, follow_symlinks=False)
         except FileRefused as exc:

@@ -210,7 +210,8 @@ def test_fork_during_activation_fails_the_child_with_an_event(demo):
 
 def test_armed_means_a_hook_is_registered(demo):
     rt = parent(demo)  # built, never armed
-    assert [s.state for s in rt.states()] == ["not-armed"]
+    assert {s.name: s.state for s in rt.states()} == {
+        "demo_patch": "not-armed", "autotune_keep": "off", "folded_fence": "off"}
 
 
 def test_audit_reports_an_imported_but_never_installed_target_as_missed(demo):
@@ -268,14 +269,14 @@ def test_target_still_importing_in_another_thread_installs_when_the_import_compl
         while {demo.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
             time.sleep(0.01)
         rt = dsv41_flags.activate()
-        print(rt.states()[0].state)
+        print(next(s for s in rt.states() if s.name == "demo_patch").state)
         t.join()
         for _ in range(500):
-            if rt.states()[0].state != "pending":
+            if next(s for s in rt.states() if s.name == "demo_patch").state != "pending":
                 break
             time.sleep(0.01)
         import {demo.target} as m
-        print(rt.states()[0].state, m.Worker().forward())
+        print(next(s for s in rt.states() if s.name == "demo_patch").state, m.Worker().forward())
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["pending", "installed patched n=5"]

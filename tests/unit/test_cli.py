@@ -172,7 +172,8 @@ def test_check_reports_drifted_feature(cli, tmp_path):
     r = cli("check", "--all", "--json", "-s", str(s))
     data = json.loads(r.stdout)
     assert r.exit_code == 1
-    assert data["features"][0]["missing"] == ["JSONDecoder.decode(nope)", "Gone"]
+    assert next(f for f in data["features"] if f["feature"] == "drifty")["missing"] == [
+        "JSONDecoder.decode(nope)", "Gone"]
     r = cli("check", "-s", str(s))          # nothing armed: nothing checked
     assert r.exit_code == 0 and "none armed" in r.stdout
 

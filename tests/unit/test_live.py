@@ -66,7 +66,8 @@ def target(tmp_path, monkeypatch):
 def test_live_feature_off_at_boot_is_installed_bypassed_and_switches_on_the_next_call(target, make_runtime):
     rt = make_runtime("[default]\nfence = false\nboot_only = false\n", features_dir=target.dir)
     rt.arm()
-    assert {s.name: s.state for s in rt.states()} == {"fence": "off", "boot_only": "off"}
+    assert {s.name: s.state for s in rt.states()} == {"fence": "off", "boot_only": "off",
+                                                     "autotune_keep": "off", "folded_fence": "off"}
     mod = __import__(target.name)
     v = mod.Verify()
     st = {s.name: s for s in rt.states()}["fence"]
@@ -139,7 +140,7 @@ def test_the_shipped_autotune_keep_is_refused_and_folded_fence_is_live(make_runt
 
 
 @pytest.mark.parametrize("name,value,match", [
-    ("nope", "on", r"no feature named 'nope'; known: boot_only, fence \(live-safe: fence\)"),
+    ("nope", "on", r"no feature named 'nope'; known: autotune_keep, boot_only, fence, folded_fence \(live-safe: fence, folded_fence\)"),
     ("fence", "maybe", r"switch fence='maybe': the value is not one of"),
     ("fence", "", r"switch fence='': the value is not one of"),
     ("fence", 2, r"switch fence=2: the value is not one of"),

@@ -136,7 +136,7 @@ def test_whatever_a_feature_logs_the_install_stands_and_lines_are_strict(tmp_pat
         import dsv41_flags
         rt = dsv41_flags.activate(["settings.toml"])
         import tgt_io
-        print(tgt_io.Engine().step(), rt.states()[0].state)
+        print(tgt_io.Engine().step(), next(s for s in rt.states() if s.name == "io_feat").state)
     """, DSV41_LOG_FORMAT=log_format)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2", "installed"]

@@ -244,7 +244,7 @@ def test_option_values_and_sources_in_the_boot_report(launch, dsv41_flags_runtim
 def test_option_values_and_sources_in_status(launch, cli):
     env = {"DSV41_SETTINGS": str(launch.settings), "DSV41_CAP_NEW_TOKENS_CAP": "7"}
     data = json.loads(cli("status", "--json", env=env).stdout)
-    assert data["features"][0]["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
+    assert next(f for f in data["features"] if f["name"] == "cap_new_tokens")["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
     human = cli("status", env=env).stdout
     assert "option cap = 7  from env DSV41_CAP_NEW_TOKENS_CAP" in human
     assert "option ratio = 0.5  from declared default" in human
@@ -346,7 +346,7 @@ def test_unusual_target_sources_are_drift_never_a_traceback(cli, launch, monkeyp
         r = cli(*args, env=env)
         assert r.exit_code == (0 if ok else 1), r.output
         data = json.loads(r.stdout)
-        row = (data["features"] if "status" in args else data["features"])[0]
+        row = next(f for f in data["features"] if f.get("name", f.get("feature")) == "cap_new_tokens")
         missing = row["missing"]
         assert (missing == []) is ok
         if not ok:

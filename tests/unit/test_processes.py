@@ -108,7 +108,7 @@ def test_launcher_reaches_a_spawned_grandchild(launch):
         def grandchild():
             import demo_engine, dsv41_flags
             print("GRANDCHILD", os.getpid(), demo_engine.Worker().forward(),
-                  dsv41_flags.current_runtime().states()[0].state, flush=True)
+                  next(s for s in dsv41_flags.current_runtime().states() if s.name == "demo_patch").state, flush=True)
         if __name__ == "__main__":
             p = mp.get_context("spawn").Process(target=grandchild)
             p.start(); p.join(60)

@@ -108,11 +108,11 @@ def test_after_cycle_refused_at_discovery(tmp_path):
 def test_after_typo_suggests_the_feature(tmp_path):
     (tmp_path / "me.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature(name='me', "
                                     "target='json', install=print, summary='s', engine='', "
-                                    "after=('folded_fenc',))\n")
-    (tmp_path / "folded_fence.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature("
-                                              "name='folded_fence', target='json', install=print, "
-                                              "summary='s', engine='')\n")
-    with pytest.raises(DeclarationError, match="did you mean folded_fence"):
+                                    "after=('local_fenc',))\n")
+    (tmp_path / "local_fence.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature("
+                                             "name='local_fence', target='json', install=print, "
+                                             "summary='s', engine='')\n")
+    with pytest.raises(DeclarationError, match="did you mean local_fence"):
         discover(tmp_path, entry_points=False)
 
 
@@ -137,7 +137,7 @@ def test_discovery_copies_instead_of_mutating(tmp_path):
         from dsv41_flags import Feature
         FEATURE = Feature(name="shared", target="json", install=print, summary="s", engine="")
     """))
-    (found,) = discover(tmp_path, entry_points=False)
+    found = {f.name: f for f in discover(tmp_path, entry_points=False)}["shared"]
     module = sys.modules["dsv41_flags_features.shared"]
     assert found.source.endswith("shared.py") and module.FEATURE.source == ""
 

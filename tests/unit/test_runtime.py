@@ -58,11 +58,12 @@ def test_install_on_import_and_uninstall(demo, dsv41_flags_runtime):
     demo.feature("wrap_step", WRAP, requires=("Engine.step(fast)",))
     kit = dsv41_flags_runtime
     rt = kit.activate({"wrap_step": True}, features_dir=demo.dir)
-    assert [s.state for s in rt.states()] == ["armed"]
-    assert rt.audit()[0].state == "pending"
+    assert {s.name: s.state for s in rt.states()} == {
+        "wrap_step": "armed", "autotune_keep": "off", "folded_fence": "off"}
+    assert next(s for s in rt.audit() if s.name == "wrap_step").state == "pending"
     mod = __import__(demo.name)
     assert mod.Engine().step(n=2) == ["wrapped", "step", False, 2]
-    st = rt.states()[0]
+    st = next(s for s in rt.states() if s.name == "wrap_step")
     assert st.state == "installed" and st.patches == ("Engine.step",)
     assert kit.events("flags.resolved")[0]["armed"] == ["wrap_step"]
     ev = kit.events("feature.installed")[0]
@@ -81,7 +82,7 @@ def test_hook_fires_at_once_when_already_imported(demo, make_runtime):
     mod = __import__(demo.name)
     rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
     rt.arm()
-    assert rt.states()[0].state == "installed"
+    assert next(s for s in rt.states() if s.name == "wrap_step").state == "installed"
     assert mod.Engine().step()[0] == "wrapped"
 
 
@@ -91,7 +92,7 @@ def test_off_feature_installs_nothing(demo, make_runtime):
     rt.arm()
     mod = __import__(demo.name)
     assert mod.Engine().step() == ["step", False, 1]
-    assert rt.states()[0].state == "off"
+    assert next(s for s in rt.states() if s.name == "wrap_step").state == "off"
 
 
 def test_drift_strict_raises_naming_feature_target_and_missing(demo, make_runtime):
@@ -148,8 +149,8 @@ def test_audit_reports_lost_patch(demo, make_runtime):
     mod = __import__(demo.name)
     mod.Engine.step = lambda self, **kw: "someone else"
     with capture_logs() as logs:
-        states = rt.audit()
-    assert states[0].state == "lost" and "Engine.step" in states[0].detail
+        st = next(s for s in rt.audit() if s.name == "wrap_step")
+    assert st.state == "lost" and "Engine.step" in st.detail
     assert any(e["event"] == "feature.lost" for e in logs)
 
 
@@ -181,7 +182,7 @@ def test_fixed_upstream_skips(tmp_path, make_runtime):
         "                  engine='packaging>=1', fixed_in='>=1')\n")
     rt = make_runtime(settings_for("fixed"), features_dir=tmp_path / "feats")
     rt.arm()
-    st = rt.states()[0]
+    st = next(s for s in rt.states() if s.name == "fixed")
     assert st.state == "fixed-upstream" and "upstream carries the fix" in st.detail
 
 
@@ -193,7 +194,8 @@ def test_version_out_of_range_is_drift(tmp_path, make_runtime):
         "                  engine='packaging<1')\n")
     rt = make_runtime(settings_for("old", strict=False), features_dir=tmp_path / "feats")
     rt.arm()
-    assert rt.states()[0].state == "drifted" and "outside packaging<1" in rt.states()[0].detail
+    st = next(s for s in rt.states() if s.name == "old")
+    assert st.state == "drifted" and "outside packaging<1" in st.detail
 
 
 @pytest.mark.parametrize("decl,needle", [

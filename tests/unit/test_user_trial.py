@@ -113,11 +113,11 @@ def test_str_option_from_file_and_variable_reaches_install_unchanged(launch, cli
     launch.settings.write_text('[default]\ndemo_fix = true\ndemo_fix_tag = " padded "\n'
                                'demo_fix_names = [" a", "b "]\n')
     data = json.loads(cli("status", "--json").stdout)
-    options = data["features"][0]["options"]
+    options = next(f for f in data["features"] if f["name"] == "demo_fix")["options"]
     assert options["tag"]["value"] == " padded " and options["names"]["value"] == ["a", "b"]
     data = json.loads(cli("status", "--json", env={"DSV41_DEMO_FIX_TAG": "  v ",
                                                    "DSV41_DEMO_FIX_NAMES": " a,b "}).stdout)
-    options = data["features"][0]["options"]
+    options = next(f for f in data["features"] if f["name"] == "demo_fix")["options"]
     assert options["tag"]["value"] == "  v " and options["names"]["value"] == ["a", "b"]
 
 
