@@ -227,7 +227,10 @@ def scheduler_status(self, request_id: str = ""):
     ranks: [...]}``."""
     rt = _runtime()
     group = _cpu_group(self)
-    me = process_status(rt, step=getattr(self, "forward_ct", None), **_who(rt, group, self))
+    from dsv41_flags.engines.sglang.processes import serving_report
+
+    me = process_status(rt, step=getattr(self, "forward_ct", None), serving=serving_report(rt),
+                        **_who(rt, group, self))
     _answer(rt, {"ok": True, "request_id": request_id, "groups": _groups(),
                  "ranks": _all_gather(me, group)})
 
@@ -248,7 +251,10 @@ def _groups() -> int:
 
 
 def _answer(rt, data: dict) -> None:
+    from dsv41_flags.engines.sglang.processes import update_metrics
+
     rt.live.reply = json.dumps(data, default=str)
+    update_metrics(rt)   # after every switch, rollback and status: the gauges follow
 
 
 def _group_entry(scheduler) -> bool:
