@@ -134,13 +134,16 @@ SERVING_TARGET = "sglang.srt.managers.scheduler.Scheduler.run_event_loop"
 
 def serving_report(rt) -> dict:
     """Which armed features are in effect in this process: ``{"installed": [names],
-    "pending": [names whose target was never imported here], "other": {name: state}}``."""
+    "pending": [names whose target was never imported here (state ``armed`` or ``pending``)],
+    "other": {name: state}}`` (drifted, failed, ...)."""
     states = {s.name: s.state for s in rt.states()}
     report: dict = {"installed": [], "pending": [], "other": {}}
     for feature in rt.armed():
         state = states.get(feature.name, "not-armed")
-        if state in ("installed", "pending"):
-            report[state].append(feature.name)
+        if state == "installed":
+            report["installed"].append(feature.name)
+        elif state in ("armed", "pending"):
+            report["pending"].append(feature.name)
         else:
             report["other"][feature.name] = state
     return report
