@@ -79,3 +79,12 @@ def update(rt, ranks: dict | None = None, *, force: bool = False) -> bool:
                 1 if state == st.state else 0)
     gauges["generation"].labels(**rank).set(rt.live.generation)
     return True
+
+
+def update_safely(rt) -> None:
+    """``update(rt)``, a failure reported (``flags.metrics_failed``), never raised into sglang's
+    event loop."""
+    try:
+        update(rt)
+    except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
+        rt.log.warning("flags.metrics_failed", error=f"{type(exc).__name__}: {exc}")

@@ -132,23 +132,6 @@ def on_world_ready(callback: Callable[[Any], None]) -> bool:
 SERVING_TARGET = "sglang.srt.managers.scheduler.Scheduler.run_event_loop"
 
 
-def serving_report(rt) -> dict:
-    """Which armed features are in effect in this process: ``{"installed": [names],
-    "pending": [names whose target was never imported here (state ``armed`` or ``pending``)],
-    "other": {name: state}}`` (drifted, failed, ...)."""
-    states = {s.name: s.state for s in rt.states()}
-    report: dict = {"installed": [], "pending": [], "other": {}}
-    for feature in rt.armed():
-        state = states.get(feature.name, "not-armed")
-        if state == "installed":
-            report["installed"].append(feature.name)
-        elif state in ("armed", "pending"):
-            report["pending"].append(feature.name)
-        else:
-            report["other"][feature.name] = state
-    return report
-
-
 def on_serving(rt) -> bool:
     """Emit ``flags.serving`` (``serving_report`` fields) once, when this scheduler starts its
     event loop: a BEFORE hook on ``SERVING_TARGET`` through sglang's HookRegistry (applied by
@@ -165,24 +148,16 @@ def on_serving(rt) -> bool:
         """HookRegistry BEFORE hook: say once what is in effect; the call goes on unchanged."""
         if not rt.live.transport.get("serving_reported"):
             rt.live.transport["serving_reported"] = True
+            from dsv41_flags.engines.sglang.metrics import update_safely
+            from dsv41_flags.engines.sglang.rpc import serving_report
+
             rt.log.info("flags.serving", **serving_report(rt))
-            update_metrics(rt)
+            update_safely(rt)
         return None
 
     HookRegistry.register(SERVING_TARGET, before, HookType.BEFORE)
     rt.live.transport["serving_hook"] = True
     return True
-
-
-def update_metrics(rt) -> None:
-    """The flag gauges of this rank on sglang's /metrics (``metrics.update``); a failure there
-    is reported, never raised into sglang's event loop."""
-    try:
-        from dsv41_flags.engines.sglang.metrics import update
-
-        update(rt)
-    except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
-        rt.log.warning("flags.metrics_failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def load() -> None:
