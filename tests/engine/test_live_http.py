@@ -32,8 +32,9 @@ http_mod = pytest.importorskip("sglang.srt.entrypoints.http_server")
 import torch.distributed as dist  # noqa: E402
 import uvicorn  # noqa: E402
 import zmq  # noqa: E402
+import zmq.asyncio  # noqa: E402
 import sglang.srt.managers.scheduler as sched_mod  # noqa: E402
-from sglang.srt.managers.io_struct import sock_recv, sock_send  # noqa: E402
+from sglang.srt.managers.io_struct import sock_recv  # noqa: E402
 from sglang.srt.utils.network import get_zmq_socket  # noqa: E402
 
 from dsv41_flags.activation import process_state, set_process_state  # noqa: E402
@@ -67,23 +68,31 @@ def server(tmp_path_factory):
     assert arm_live(rt)                 # both modules are imported: the hooks fire at once
     assert hasattr(sched_mod.Scheduler, "dsv41_flags_set")
     assert {SET_PATH, STATUS_PATH} <= {getattr(r, "path", None) for r in http_mod.app.routes}
-    assert http_mod._setup_and_run_http_server.__wrapped__ is not None  # captures port_args
 
-    ipc = f"ipc://{work / 'rpc'}"
-    rt.live.transport["rpc_endpoint"] = ipc   # what the _setup_and_run_http_server wrapper records
+    # the tokenizer manager's channel to the schedulers (``send_to_scheduler``, a PUSH socket that
+    # binds ``scheduler_input_ipc_name``), as sglang's ``_setup_and_run_http_server`` publishes it
+    ipc = f"ipc://{work / 'scheduler_input'}"
+    push = get_zmq_socket(zmq.asyncio.Context(), zmq.PUSH, ipc, True)
+    previous_state = http_mod.get_global_state()
+    http_mod.set_global_state(types.SimpleNamespace(
+        tokenizer_manager=types.SimpleNamespace(send_to_scheduler=push), template_manager=None,
+        scheduler_info={}))
     stop = threading.Event()
     sched = sched_mod.Scheduler.__new__(sched_mod.Scheduler)
     sched.tp_group = types.SimpleNamespace(cpu_group=dist.new_group([0], backend="gloo"))
     sched.forward_ct = 0
 
     def entry_rank():
+        """The entry scheduler rank: reads the tokenizer's channel and dispatches an
+        ``RpcReqInput`` to ``handle_rpc_request``; an output other than None goes back on the
+        RPC socket (sglang's ``process_input_requests``), here nowhere."""
         ctx = zmq.Context()
-        sock = get_zmq_socket(ctx, zmq.DEALER, ipc, False)
+        sock = get_zmq_socket(ctx, zmq.PULL, ipc, False)
         while not stop.is_set():
             sched.forward_ct += 1           # one forward step per poll
             if sock.poll(20):
                 out = sched.handle_rpc_request(sock_recv(sock))
-                sock_send(sock, out)
+                assert out is None          # answered on the request's reply_to
         sock.close(linger=0)
 
     threading.Thread(target=entry_rank, daemon=True).start()
@@ -103,9 +112,12 @@ def server(tmp_path_factory):
         uv.should_exit = True
         thread.join(10)
         stop.set()
-        client = rt.live.transport.pop("client", None)
-        if client is not None:
-            client.socket.close(linger=0)
+        control = rt.live.transport.pop("control", None)
+        if control is not None:
+            control.socket.close(linger=0)
+        rt.live.transport.pop("control_lock", None)
+        push.close(linger=0)
+        http_mod.set_global_state(previous_state)
         rt.uninstall()
         set_process_state(previous)
         dist.destroy_process_group()
@@ -175,3 +187,131 @@ def test_switch_off_again(server):
     data = json.loads(res.stdout)
     assert data["ok"] and data["new"] is False and data["generation"] == server.rt.live.generation
     assert server.rt.live.gates["folded_fence"].on is False
+
+
+def _post(url: str, raw: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url + SET_PATH, data=raw, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+BAD_REQUESTS = {
+    "requested_by over 256 characters": {"name": "folded_fence", "value": "on", "requested_by": "x" * 257},
+    "requested_by not text": {"name": "folded_fence", "value": "on", "requested_by": ["alice"]},
+    "name not text": {"name": {"a": 1}, "value": "on"},
+    "name too long": {"name": "f" * 500, "value": "on"},
+    "value a list": {"name": "folded_fence", "value": ["on"]},
+    "value a long word": {"name": "folded_fence", "value": "on" * 50},
+    "request_id with spaces": {"name": "folded_fence", "value": "on", "request_id": "a b"},
+    "an unknown field": {"name": "folded_fence", "value": "on", "extra": "x" * 100},
+}
+
+
+@pytest.mark.parametrize("why", sorted(BAD_REQUESTS))
+def test_every_field_of_a_set_request_is_bounded(server, why):
+    before = (server.rt.live.generation, len(server.rt.live.history))
+    status, body = _post(server.url, json.dumps(BAD_REQUESTS[why]).encode())
+    assert status == 400 and body["ok"] is False and body["error"], (why, body)
+    assert (server.rt.live.generation, len(server.rt.live.history)) == before
+
+
+def test_a_body_over_the_limit_is_refused_unread(server):
+    from dsv41_flags.engines.sglang.http import MAX_BODY
+
+    big = json.dumps({"name": "folded_fence", "value": "on", "requested_by": "y" * (50 * MAX_BODY)})
+    status, body = _post(server.url, big.encode())
+    assert status == 400 and f"at most {MAX_BODY} are accepted" in body["error"]
+
+
+def test_a_switch_to_the_current_value_changes_nothing(server):
+    on = server.rt.live.gates["folded_fence"].on
+    before = (server.rt.live.generation, len(server.rt.live.history))
+    status, body = _post(server.url, json.dumps({"name": "folded_fence", "value": on,
+                                                 "requested_by": "y" * 256}).encode())
+    assert status == 200 and body["ok"] is True and body["changed"] is False, body
+    assert body["generation"] == before[0]
+    assert (server.rt.live.generation, len(server.rt.live.history)) == before
+
+
+# ------------------------------------------------------------------ who may call the routes
+API_KEY, ADMIN_KEY = "api-key-value", "admin-key-value"
+CREDENTIALS = {"no key": None, "a wrong key": "wrong", "the api key": API_KEY,
+               "the admin key": ADMIN_KEY}
+KEYS = {"neither key": (None, None), "only --api-key": (API_KEY, None),
+        "only --admin-api-key": (None, ADMIN_KEY), "both keys": (API_KEY, ADMIN_KEY)}
+
+
+@pytest.mark.parametrize("config", sorted(KEYS))
+def test_the_routes_admit_exactly_whom_flush_cache_admits(server, config):
+    """sglang's real key middleware (``add_api_key_middleware``) over an app holding sglang's own
+    ``/flush_cache`` endpoint and our two routes: for every key configuration and every
+    credential, our routes are refused exactly when ``/flush_cache`` is (ADMIN_OPTIONAL)."""
+    from fastapi import FastAPI
+    from sglang.srt.utils.auth import add_api_key_middleware
+    from starlette.testclient import TestClient
+
+    from dsv41_flags.engines.sglang.http import install_http_routes
+
+    api_key, admin_key = KEYS[config]
+    app = FastAPI()
+    app.add_api_route("/flush_cache", http_mod.flush_cache, methods=["GET", "POST"])
+    install_http_routes(server.rt, types.SimpleNamespace(
+        app=app, get_global_state=lambda: types.SimpleNamespace(tokenizer_manager=None)))
+    add_api_key_middleware(app, api_key=api_key, admin_api_key=admin_key)
+    seen = {}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for who, key in CREDENTIALS.items():
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            flush = client.post("/flush_cache", headers=headers).status_code
+            # a switch to the current value, answered without the schedulers once admitted
+            set_ = client.post(SET_PATH, headers=headers, json={"name": "nope", "value": "on"})
+            status = client.get(STATUS_PATH, headers=headers).status_code
+            refused = flush == 401
+            seen[who] = (refused, set_.status_code == 401, status == 401)
+            if not refused:
+                assert set_.status_code == 400 and set_.json()["ok"] is False  # the route ran
+    expected = {
+        "neither key": {w: False for w in CREDENTIALS},
+        "only --api-key": {w: w != "the api key" for w in CREDENTIALS},
+        "only --admin-api-key": {w: w != "the admin key" for w in CREDENTIALS},
+        "both keys": {w: w != "the admin key" for w in CREDENTIALS},
+    }[config]
+    assert seen == {w: (r, r, r) for w, r in expected.items()}
+
+
+def test_the_cli_call_sends_the_key_and_is_refused_without_it(server):
+    """Against the served app (no keys configured) a key is harmless; a keyed server's 401 is
+    ``Refused`` (status 401); its admin key is admitted."""
+    from fastapi import FastAPI
+    from sglang.srt.utils.auth import add_api_key_middleware
+
+    from dsv41_flags.engines.http_client import Refused
+    from dsv41_flags.engines.sglang.http import http_status, install_http_routes
+
+    assert http_status(server.url, api_key="anything")["ok"] is True
+    app = FastAPI()
+    install_http_routes(server.rt, types.SimpleNamespace(
+        app=app, get_global_state=lambda: types.SimpleNamespace(tokenizer_manager=None)))
+    add_api_key_middleware(app, api_key=None, admin_api_key=ADMIN_KEY)
+    port = _free_port()
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                       log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        for key in (None, "wrong"):
+            with pytest.raises(Refused) as exc:
+                http_status(f"http://127.0.0.1:{port}", api_key=key)
+            assert exc.value.status == 401
+        answer = http_status(f"http://127.0.0.1:{port}", api_key=ADMIN_KEY, timeout_s=10)
+        assert answer["ok"] is False and "no tokenizer manager" in answer["error"]
+    finally:
+        uv.should_exit = True
+        thread.join(10)

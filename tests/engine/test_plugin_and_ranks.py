@@ -67,6 +67,42 @@ def test_sglang_load_plugins_installs_armed_features_in_spawned_process():
     assert result["live_rpc"] is True and result["folded_gate"] is True
 
 
+def _serving_child(q, env):
+    try:
+        os.environ.update(env)
+        from sglang.srt.plugins import load_plugins
+        from structlog.testing import capture_logs
+
+        def run_scheduler_process(tp_rank=0, pp_rank=0, dp_rank=None):  # sglang's frame shape
+            load_plugins()
+
+        run_scheduler_process()
+        import dsv41_flags
+        from sglang.srt.managers.scheduler import Scheduler
+
+        rt = dsv41_flags.current_runtime()
+        with capture_logs() as events:
+            for _ in range(2):                 # the loop started twice: one event
+                try:
+                    Scheduler.run_event_loop(Scheduler.__new__(Scheduler))
+                except Exception:              # a Scheduler without __init__ cannot serve
+                    pass
+        q.put({"ok": True, "serving": [e for e in events if e["event"] == "flags.serving"],
+               "states": {s.name: s.state for s in rt.states()}})
+    except BaseException:
+        q.put({"ok": False, "error": traceback.format_exc()})
+
+
+def test_a_scheduler_says_once_which_armed_features_are_in_effect_when_it_serves():
+    env = {"DSV41_SETTINGS": str(REPO / "settings.toml"), "DSV41_FOLDED_FENCE": "1",
+           "DSV41_LOG_FORMAT": "json"}
+    (result,) = _run(_serving_child, env)
+    (event,) = result["serving"]
+    # the fence's target (speculative decoding) is never imported by a plain scheduler
+    assert result["states"]["folded_fence"] in ("armed", "pending")
+    assert event["pending"] == ["folded_fence"] and event["installed"] == [] and event["other"] == {}
+
+
 def _rank(q, init_file, settings_text, tmp, rank):
     try:
         import torch.distributed as dist

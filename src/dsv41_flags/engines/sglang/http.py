@@ -1,100 +1,258 @@
 """The live routes on sglang's HTTP server process and the CLI's calls to them.
 
-The HTTP server (``entrypoints/http_server.py`` ``launch_server``) starts the schedulers but
-leaves ``port_args.rpc_ipc_name`` unbound (only the offline Engine binds it); the module holds a
-FastAPI ``app`` and passes ``port_args`` to ``_setup_and_run_http_server``. This module adds, on
-that ``app``, ``POST /dsv41_flags/set`` and ``GET /dsv41_flags/status``, which send the
-scheduler methods of ``rpc`` on sglang's RPC channel (``rpc_ipc_name``, bound by this process the
-way the offline Engine binds it) and wait for the reply in a worker thread; and ``http_set`` /
-``http_status``, the CLI's calls (``dsv41-flags set --url`` / ``status --url``).
+On sglang's FastAPI ``app`` (``entrypoints/http_server.py``, imported by every process that
+serves HTTP: the launcher with one tokenizer, each tokenizer worker with
+``--tokenizer-worker-num`` > 1) this module adds ``POST /dsv41_flags/set`` and
+``GET /dsv41_flags/status``:
+
+- **Who may call them**: sglang's own admin rule, ``@auth_level(AuthLevel.ADMIN_OPTIONAL)`` of
+  ``sglang.srt.utils.auth`` (as ``/flush_cache``): with ``--admin-api-key`` only
+  ``Authorization: Bearer <admin key>`` passes (the ordinary API key is refused); with only
+  ``--api-key`` that key is required; with neither the routes are open. sglang's key middleware
+  (``add_api_key_middleware``) answers 401 before the route runs.
+- **What they accept**: a JSON object of at most ``MAX_BODY`` bytes with ``name`` (a feature
+  name, text), ``value`` (a bool, 1/0 or an on/off word), optional ``requested_by`` (the
+  runtime's rule: text of at most 256 characters) and ``request_id`` (at most 64 characters of
+  letters, digits, ``-`` and ``_``); anything else is a 400 ``{"ok": false, "error": ...}``.
+- **How they reach the schedulers**: the ``rpc`` methods in an ``RpcReqInput`` sent on the
+  tokenizer manager's ``send_to_scheduler`` (so the DP controller hands one copy to each DP
+  group), with a ``reply_to`` address: a zmq PULL socket this process binds, where the rank 0 of
+  each TP group pushes its group's answer. One request at a time per process (a lock). With
+  several DP groups (which share no process group) a switch is two-phase across them: every
+  group votes (``phase="check"``), then each applies it expecting the same generation, and a
+  group that could not makes the others roll back (``phase="rollback"``).
+
+``http_set`` / ``http_status`` are the CLI's calls (``dsv41-flags set --url`` /
+``status --url``) through ``engines.http_client.call_json`` (one deadline, a size cap, the key
+sent as ``Authorization: Bearer``).
 """
 from __future__ import annotations
 
+import json
+import os
+import re
+import tempfile
+import time
+import uuid
 from typing import Any
 
+from dsv41_flags.engines.sglang.rpc import (MAX_NAME, MAX_REQUEST_ID, RPC_TIMEOUT_S, SET_METHOD,
+                                            STATUS_METHOD, bounded_text)
 from dsv41_flags.engines.http_client import call_json
-from dsv41_flags.engines.sglang.rpc import RPC_TIMEOUT_S, SET_METHOD, STATUS_METHOD, RpcClient
-from dsv41_flags.live import BUILTIN, SwitchError, check_declared, feature_name
+from dsv41_flags.live import SwitchError, check_declared, check_requested_by, feature_name
 from dsv41_flags.status import process_status
 
 HTTP_MODULE = "sglang.srt.entrypoints.http_server"
 SET_PATH = "/dsv41_flags/set"
 STATUS_PATH = "/dsv41_flags/status"
+#: largest request body the set route reads (bytes)
+MAX_BODY = 4096
+#: the fields a set request may carry
+SET_FIELDS = ("name", "value", "requested_by", "request_id")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,%d}" % MAX_REQUEST_ID)
 
 
-def _capture_port_args(rt):
-    def make(original):
-        def _setup_and_run_http_server(server_args, tokenizer_manager, template_manager, port_args,
-                                       *args, **kwargs):
-            rt.live.transport["rpc_endpoint"] = port_args.rpc_ipc_name
-            return original(server_args, tokenizer_manager, template_manager, port_args,
-                            *args, **kwargs)
-
-        return _setup_and_run_http_server
-
-    return make
+class BadRequest(SwitchError):
+    """A request the route refuses before sending anything (400)."""
 
 
-def _server_client(rt) -> RpcClient:
-    """This HTTP server process's RPC client, bound to ``rpc_ipc_name`` on first use (as the
-    offline Engine binds it at start)."""
-    client = rt.live.transport.get("client")
-    if client is None:
-        endpoint = rt.live.transport.get("rpc_endpoint")
-        if endpoint is None:
-            raise SwitchError("the RPC endpoint of the schedulers is not known in this process "
-                              "(the server was not started through sglang's launch_server)")
+def parse_set_request(raw: bytes, client: str) -> dict:
+    """The fields of a ``POST /dsv41_flags/set`` body: ``{name, value, requested_by,
+    request_id}`` (``requested_by`` defaults to ``http <client>``, ``request_id`` to ""). Raises
+    BadRequest naming the field, what it got and what is accepted."""
+    if len(raw) > MAX_BODY:
+        raise BadRequest(f"the request body is {len(raw)} bytes; at most {MAX_BODY} are accepted")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or "name" not in body or "value" not in body:
+        raise BadRequest('expected a JSON body {"name": FEATURE, "value": on|off, '
+                         '"requested_by": WHO}')
+    unknown = sorted(set(body) - set(SET_FIELDS))
+    if unknown:
+        raise BadRequest(f"unknown field {str(unknown[0])[:40]!r}; accepted: {', '.join(SET_FIELDS)}")
+    name = feature_name(bounded_text("name", body["name"], MAX_NAME))
+    value = body["value"]
+    if isinstance(value, str):
+        bounded_text("value", value, 16)
+    elif not isinstance(value, (bool, int)):
+        raise BadRequest(f"value must be a bool, 1/0 or an on/off word, got {type(value).__name__}")
+    requested_by = body.get("requested_by")
+    requested_by = check_requested_by(f"http {client}" if requested_by in (None, "") else requested_by)
+    request_id = body.get("request_id") or ""
+    if request_id and (not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id)):
+        raise BadRequest(f"request_id must be 1 to {MAX_REQUEST_ID} letters, digits, - or _")
+    return {"name": name, "value": value, "requested_by": requested_by, "request_id": request_id}
+
+
+async def read_body(request, limit: int = MAX_BODY) -> bytes:
+    """The request body, read in chunks and refused (BadRequest) past ``limit`` bytes: a client
+    that sends more is not read to the end."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BadRequest(f"the request body is {declared} bytes; at most {limit} are accepted")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"the request body is over {limit} bytes; at most {limit} are accepted")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ControlClient:
+    """This HTTP process's end of the control path: sends our methods to every scheduler group
+    through the tokenizer manager's ``send_to_scheduler`` and collects one answer per group on a
+    PULL socket bound to ``address`` (an ipc path in a private temporary directory)."""
+
+    def __init__(self) -> None:
         import zmq
-        from sglang.srt.utils.network import get_zmq_socket
 
-        socket = get_zmq_socket(zmq.Context.instance(), zmq.DEALER, endpoint, True)
-        client = rt.live.transport["client"] = RpcClient(socket)
-    return client
+        self.directory = tempfile.mkdtemp(prefix="dsv41_flags_")
+        self.address = f"ipc://{os.path.join(self.directory, 'reply')}"
+        self.socket = zmq.Context.instance().socket(zmq.PULL)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind(self.address)
+
+    async def call(self, tokenizer_manager, method: str, timeout_s: float, **params: Any) -> dict:
+        """Send ``method(**params)`` and return ``{"request_id", "answers": [one per group]}``.
+        Raises SwitchError when not every group answered within ``timeout_s``."""
+        import asyncio
+
+        from sglang.srt.managers.io_struct import RpcReqInput, async_sock_send
+
+        request_id = params.pop("request_id", "") or uuid.uuid4().hex[:16]
+        await async_sock_send(tokenizer_manager.send_to_scheduler, RpcReqInput(
+            method=method, parameters={**params, "request_id": request_id,
+                                       "reply_to": self.address}))
+        answers = await asyncio.to_thread(self.collect, request_id, timeout_s, method)
+        return {"request_id": request_id, "answers": answers}
+
+    def collect(self, request_id: str, timeout_s: float, method: str) -> list[dict]:
+        """The answers of request ``request_id``, one per TP group (each answer says how many
+        groups there are); answers of earlier requests are skipped."""
+        deadline = time.monotonic() + timeout_s
+        answers: dict[Any, dict] = {}
+        expected = 1
+        while len(answers) < expected:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.socket.poll(int(remaining * 1000)):
+                raise SwitchError(
+                    f"{method}: {len(answers)} of {expected} scheduler group(s) answered within "
+                    f"{timeout_s:g} s (a rank busy in a long step, or hung?); the request may "
+                    f"still be applied: check with dsv41-flags status --url")
+            try:
+                data = json.loads(self.socket.recv_string())
+            except ValueError:
+                continue
+            if not isinstance(data, dict) or data.get("request_id") != request_id:
+                continue  # the late answer of an earlier call
+            expected = max(expected, int(data.get("groups") or 1))
+            ranks = data.get("ranks") or []
+            key = (ranks[0].get("dp_rank"), ranks[0].get("pid")) if ranks else len(answers)
+            answers[key] = data
+        return list(answers.values())
+
+
+def _merge(answers: list[dict]) -> dict:
+    """One answer from the groups' answers: ``ok`` when every group's is, ``ranks`` of all."""
+    first = answers[0]
+    merged = {k: v for k, v in first.items() if k not in ("ranks", "phase")}
+    merged["ok"] = all(a.get("ok") for a in answers)
+    merged["groups"] = len(answers)
+    merged["ranks"] = [r for a in answers for r in (a.get("ranks") or [])]
+    errors = [a["error"] for a in answers if a.get("error")]
+    if errors:
+        merged["error"] = "; ".join(errors)
+    return merged
+
+
+async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float) -> dict:
+    """A switch on every scheduler group: the groups vote, then apply expecting one generation;
+    a group that refuses or fails makes the others roll back. Returns the merged answer."""
+    params = {"name": fields["name"], "value": fields["value"],
+              "requested_by": fields["requested_by"]}
+    check = _merge((await client.call(tm, SET_METHOD, timeout_s, phase="check", **params))["answers"])
+    if not check["ok"]:
+        return check
+    generations = sorted({r.get("generation") for r in check["ranks"]})
+    if len(generations) > 1:
+        return {**check, "ok": False, "error": (
+            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: the data-parallel "
+            f"groups are on different generations {generations}")}
+    if not check.get("changed"):
+        return check                                       # every rank has that value already
+    done = await client.call(tm, SET_METHOD, timeout_s, phase="both",
+                             expect_generation=generations[0], request_id=fields["request_id"],
+                             **params)
+    applied = _merge(done["answers"])
+    if applied["ok"] or len(done["answers"]) == 1:
+        return applied
+    undo = await client.call(tm, SET_METHOD, timeout_s, phase="rollback", undo=done["request_id"],
+                             **params)
+    return {**applied, "ok": False, "rolled_back": _merge(undo["answers"])["ranks"],
+            "error": f"{applied.get('error')}; every group that applied it rolled back"}
 
 
 def install_http_routes(rt, module) -> None:
     """Register ``POST /dsv41_flags/set`` and ``GET /dsv41_flags/status`` on sglang's HTTP
-    ``app`` and remember the RPC endpoint when ``_setup_and_run_http_server`` runs (idempotent).
+    ``app``, at sglang's ADMIN_OPTIONAL level (idempotent).
 
     ``POST /dsv41_flags/set`` body ``{"name": "folded_fence", "value": "on", "requested_by":
-    "alice"}``: 200 and the schedulers' answer when applied on every rank, 400 on a bad request
-    (unknown feature, bad value, not live-safe), 409 when a rank refused (nothing changed), 504
-    when no answer came. ``GET /dsv41_flags/status``: ``{ok, server, ranks}``."""
+    "alice"}``: 200 and the schedulers' answer when applied on every rank (``changed`` False
+    when every rank had that value: no generation), 400 on a bad request (field, size, unknown
+    feature, bad value, not live-safe), 409 when a rank refused (nothing changed), 504 when no
+    answer came, 401 from sglang's key middleware. ``GET /dsv41_flags/status``:
+    ``{ok, server, groups, ranks}``."""
     import asyncio
 
     from fastapi import Request
     from fastapi.responses import JSONResponse
+    from sglang.srt.utils.auth import AuthLevel, auth_level
 
     app = module.app
-    rt.ledger.patch(BUILTIN, module, "_setup_and_run_http_server", _capture_port_args(rt))
     if any(getattr(r, "path", None) == SET_PATH for r in app.routes):
         return
 
+    def client_and_manager():
+        state = module.get_global_state()
+        tm = getattr(state, "tokenizer_manager", None)
+        if tm is None:
+            raise SwitchError("this HTTP process has no tokenizer manager (the server is not "
+                              "serving yet)")
+        client = rt.live.transport.get("control")
+        if client is None:
+            client = rt.live.transport["control"] = ControlClient()
+        lock = rt.live.transport.get("control_lock")
+        if lock is None:
+            lock = rt.live.transport["control_lock"] = asyncio.Lock()
+        return client, tm, lock
+
+    @auth_level(AuthLevel.ADMIN_OPTIONAL)
     async def dsv41_flags_set(request: Request):
+        host = request.client.host if request.client else "unknown"
         try:
-            body = await request.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict) or "name" not in body or "value" not in body:
-            return JSONResponse({"ok": False, "error": 'expected a JSON body {"name": FEATURE, '
-                                 '"value": on|off, "requested_by": WHO}'}, status_code=400)
-        name = feature_name(str(body["name"]))
-        client = request.client.host if request.client else "unknown"
-        requested_by = str(body.get("requested_by") or f"http {client}")
-        try:
-            _, new = check_declared(rt.features, name, body["value"])
+            fields = parse_set_request(await read_body(request), host)
+            check_declared(rt.features, fields["name"], fields["value"])
         except SwitchError as exc:
-            return JSONResponse({"ok": False, "feature": name, "error": str(exc)}, status_code=400)
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
         try:
-            data = await asyncio.to_thread(_server_client(rt).call, SET_METHOD, name=name,
-                                           value=new, requested_by=requested_by)
+            client, tm, lock = client_and_manager()
+            async with lock:
+                data = await switch_groups(client, tm, fields, RPC_TIMEOUT_S)
         except SwitchError as exc:
-            return JSONResponse({"ok": False, "feature": name, "error": str(exc)}, status_code=504)
+            return JSONResponse({"ok": False, "feature": fields["name"], "error": str(exc)},
+                                status_code=504)
         return JSONResponse(data, status_code=200 if data.get("ok") else 409)
 
+    @auth_level(AuthLevel.ADMIN_OPTIONAL)
     async def dsv41_flags_status(request: Request):
         try:
-            data = await asyncio.to_thread(_server_client(rt).call, STATUS_METHOD)
+            client, tm, lock = client_and_manager()
+            async with lock:
+                answers = (await client.call(tm, STATUS_METHOD, RPC_TIMEOUT_S))["answers"]
+            data = _merge(answers)
         except SwitchError as exc:
             data = {"ok": False, "error": str(exc), "ranks": []}
         data["server"] = process_status(rt)

@@ -126,6 +126,40 @@ def on_world_ready(callback: Callable[[Any], None]) -> bool:
     return True
 
 
+#: where a scheduler starts serving: ``run_scheduler_process`` builds the ``Scheduler`` (model,
+#: memory pools, the rank guard at ``initialize_model_parallel``), reports ready to its parent,
+#: then calls this; nothing before it serves a request
+SERVING_TARGET = "sglang.srt.managers.scheduler.Scheduler.run_event_loop"
+
+
+def on_serving(rt) -> bool:
+    """Emit ``flags.serving`` (``serving_report`` fields) once, when this scheduler starts its
+    event loop: a BEFORE hook on ``SERVING_TARGET`` through sglang's HookRegistry (applied by
+    ``load_plugins()`` right after the plugins ran). Returns False when sglang's plugin system is
+    not importable or the hook is registered already."""
+    if rt.live.transport.get("serving_hook"):
+        return False
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError:
+        return False
+
+    def before(*args, **kwargs):
+        """HookRegistry BEFORE hook: say once what is in effect; the call goes on unchanged."""
+        if not rt.live.transport.get("serving_reported"):
+            rt.live.transport["serving_reported"] = True
+            from dsv41_flags.engines.sglang.metrics import update_safely
+            from dsv41_flags.engines.sglang.rpc import serving_report
+
+            rt.log.info("flags.serving", **serving_report(rt))
+            update_safely(rt)
+        return None
+
+    HookRegistry.register(SERVING_TARGET, before, HookType.BEFORE)
+    rt.live.transport["serving_hook"] = True
+    return True
+
+
 def load() -> None:
     """sglang's plugin entry (group ``sglang.srt.plugins``): activate dsv41_flags in this sglang
     process (once), with its role and ranks read from the calling ``run_<role>_process`` frame
@@ -170,6 +204,12 @@ def load() -> None:
         # live switches over sglang's RPC path: methods on Scheduler, routes on the HTTP app
         try:
             arm_live(rt)
+        except Exception as exc:
+            if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
+                raise SystemExit(EXIT_STRICT) from None
+    if rt.context.fields.get("role") == "scheduler":
+        try:
+            on_serving(rt)
         except Exception as exc:
             if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
                 raise SystemExit(EXIT_STRICT) from None

@@ -1,0 +1,90 @@
+"""Flag state on sglang's Prometheus endpoint (``--enable-metrics``).
+
+sglang serves ``/metrics`` through prometheus_client in multiprocess mode: the launcher sets
+``PROMETHEUS_MULTIPROC_DIR`` before it starts the subprocesses (``utils/common.py``
+``set_prometheus_multiproc_dir``), every process writes its samples to files there, and the
+HTTP process's ``MultiProcessCollector`` reads them all. In that mode only Gauge, Counter and
+Histogram work, and a Gauge needs a ``multiprocess_mode``.
+
+Each scheduler rank writes two gauges (``multiprocess_mode="livemax"``: the samples of live
+processes; the rank labels keep every rank's apart):
+
+- ``dsv41_flags_feature_state{feature, tp_rank, pp_rank, dp_rank, state}``: 1 for the feature's
+  current state on that rank, 0 for a state it had before;
+- ``dsv41_flags_generation{tp_rank, pp_rank, dp_rank}``: the rank's live generation.
+
+``update(rt)`` refreshes both: when the scheduler starts serving (after its installs), after
+every switch or rollback, and on every status request. A rank label unknown here is ``"0"``.
+Nothing is written when sglang's metrics are off or prometheus_client is not installed.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
+STATE_METRIC = "dsv41_flags_feature_state"
+GENERATION_METRIC = "dsv41_flags_generation"
+
+
+def enabled() -> bool:
+    """True in a process of a launch with ``--enable-metrics`` (sglang's published
+    observability settings, and the multiprocess directory set)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return False
+    try:
+        from sglang.srt.runtime_context import get_observability
+
+        return bool(get_observability().enable_metrics)
+    except Exception:  # noqa: BLE001 - no published context: not a serving launch
+        return False
+
+
+def _gauges(rt, force: bool = False) -> dict[str, Any] | None:
+    gauges = rt.live.transport.get("metrics")
+    if gauges is None:
+        if not (force or enabled()):
+            return None
+        try:
+            from prometheus_client import Gauge
+        except ImportError:
+            return None
+        gauges = rt.live.transport["metrics"] = {
+            "state": Gauge(STATE_METRIC, "dsv41_flags feature state on a scheduler rank "
+                           "(1: the current state)", ("feature", *RANK_LABELS, "state"),
+                           multiprocess_mode="livemax"),
+            "generation": Gauge(GENERATION_METRIC, "dsv41_flags live generation on a scheduler "
+                                "rank", RANK_LABELS, multiprocess_mode="livemax"),
+            "seen": {},
+        }
+    return gauges
+
+
+def update(rt, ranks: dict | None = None, *, force: bool = False) -> bool:
+    """Write this rank's feature states and generation. ``ranks``: the rank fields (default:
+    the runtime's process context); ``force``: write even when sglang's metrics are not enabled
+    here (``PROMETHEUS_MULTIPROC_DIR`` must still be set before prometheus_client is imported).
+    Returns False when nothing is written (metrics off)."""
+    gauges = _gauges(rt, force)
+    if gauges is None:
+        return False
+    fields = {**rt.context.as_fields(), **(ranks or {})}
+    rank = {k: str(fields.get(k) if fields.get(k) is not None else 0) for k in RANK_LABELS}
+    seen: dict[str, set] = gauges["seen"]
+    for st in rt.states():
+        states = seen.setdefault(st.name, set())
+        states.add(st.state)
+        for state in states:
+            gauges["state"].labels(feature=st.name, state=state, **rank).set(
+                1 if state == st.state else 0)
+    gauges["generation"].labels(**rank).set(rt.live.generation)
+    return True
+
+
+def update_safely(rt) -> None:
+    """``update(rt)``, a failure reported (``flags.metrics_failed``), never raised into sglang's
+    event loop."""
+    try:
+        update(rt)
+    except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
+        rt.log.warning("flags.metrics_failed", error=f"{type(exc).__name__}: {exc}")
