@@ -64,12 +64,12 @@ importer.start()
 while "slow_target" not in sys.modules:  # its body is running (it sleeps)
     time.sleep(0.001)
 rt = dsv41_flags.activate()
-assert rt.states()[0].state == "pending", rt.states()
+assert {s.name: s for s in rt.states()}["demo_fix"].state == "pending", rt.states()
 importer.join()
 
 def child():
     import slow_target
-    st = rt.states()[0]
+    st = {s.name: s for s in rt.states()}["demo_fix"]
     os._exit(0 if slow_target.f() == "patched" and st.state == "installed" else 7)
 
 if sys.argv[1] == "os.fork":
