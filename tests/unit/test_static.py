@@ -482,6 +482,12 @@ def _cli(*args):
     return r
 
 
+def _ff(rows: list[dict], key: str = "name") -> dict:
+    """The local feature ``ff`` among the rows (the shipped features sit beside it)."""
+    (row,) = [r for r in rows if r[key] == "ff"]
+    return row
+
+
 @pytest.mark.parametrize("kind", sorted(UNDECIDED_TARGETS))
 def test_an_undecided_requirement_reads_as_undecided_never_as_drift(strict_launch, kind):
     import subprocess
@@ -490,7 +496,7 @@ def test_an_undecided_requirement_reads_as_undecided_never_as_drift(strict_launc
 
     env = strict_launch(*UNDECIDED_TARGETS[kind])
     r = _cli("status", "--json")
-    (row,) = json.loads(r.stdout)["features"]
+    row = _ff(json.loads(r.stdout)["features"])
     assert r.exit_code == 0, r.output
     assert row["state"] == "armed" and row["missing"] == [] and len(row["undecided"]) == 1, row
     r = _cli("status")
@@ -499,7 +505,7 @@ def test_an_undecided_requirement_reads_as_undecided_never_as_drift(strict_launc
     r = _cli("check", "--json")
     data = json.loads(r.stdout)
     assert r.exit_code == 0 and not data["drifted"] and not data["ok"], data   # never counted ok
-    assert data["features"][0]["missing"] == [] and data["features"][0]["undecided"]
+    assert _ff(data["features"], "feature")["missing"] == [] and _ff(data["features"], "feature")["undecided"]
     r = _cli("check")
     assert r.exit_code == 0 and "DRIFT" not in r.output and "UNDECIDED" in r.output
     assert _cli("validate", "--only").exit_code == 0
@@ -517,7 +523,7 @@ def test_an_undecided_requirement_reads_as_undecided_never_as_drift(strict_launc
 def test_a_requirement_the_boot_would_stop_on_is_drift(strict_launch, kind):
     strict_launch(*BLOCKING_TARGETS[kind])
     r = _cli("status", "--json")
-    (row,) = json.loads(r.stdout)["features"]
+    row = _ff(json.loads(r.stdout)["features"])
     assert r.exit_code == 1 and row["state"] == "drifted" and row["missing"], row
     assert "would stop" in _cli("status").output
     r = _cli("check")
@@ -572,7 +578,7 @@ def test_check_live_extensions_option(compiled, tmp_path, monkeypatch):
     base = ["check", "--all", "--json", "-s", str(settings)]
     r = CliRunner().invoke(app, base)
     assert r.exit_code == 0 and not json.loads(r.stdout)["ok"]            # undecided, not drift
-    assert "--live-extensions" in json.loads(r.stdout)["features"][0]["undecided"][0]
+    assert "--live-extensions" in _ff(json.loads(r.stdout)["features"], "feature")["undecided"][0]
     r = CliRunner().invoke(app, base + ["--live-extensions"])
     assert r.exit_code == 0 and json.loads(r.stdout)["ok"], r.stdout
     r = CliRunner().invoke(app, base + ["--live-extensions", "--engine", str(tmp_path)])
