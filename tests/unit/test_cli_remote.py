@@ -345,3 +345,38 @@ def test_a_server_without_the_routes_says_so(cli, server, body):
 def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(cli, value):
     r = cli("status", "--url", "http://127.0.0.1:1", "--timeout", value)
     assert r.exit_code == 2 and "--timeout" in r.output
+
+
+# ------------------------------------------------------------- the key goes to --url and nowhere else
+def test_a_redirect_is_not_followed_so_the_key_stays_with_the_url(server, cli):
+    other = Server()
+    try:
+        other.answer(STATUS)
+
+        def redirect(handler):
+            handler.send_response(302)
+            handler.send_header("Location", other.url + "/dsv41_flags/status")
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+
+        server.answer(redirect)
+        r = cli("status", "--url", server.url, "--api-key", "K3YSECRET", "--json")
+        assert r.exit_code == 1 and other.seen == []
+        assert "K3YSECRET" not in r.stdout + r.stderr
+    finally:
+        other.httpd.shutdown()
+        other.httpd.server_close()
+
+
+@pytest.mark.parametrize("key", ["K3YSECRET\nX", "K3YSECRET\r", "K3Y SECRET"])
+def test_a_key_with_a_control_character_is_refused_and_never_shown(server, cli, key):
+    server.answer(STATUS)
+    r = cli("status", "--url", server.url, "--api-key", key, "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["ok"] is False
+    assert "K3Y" not in r.stdout + r.stderr and server.seen == []
+
+
+def test_non_finite_numbers_from_the_server_still_give_json(server, cli):
+    server.answer(b'{"ok": true, "ranks": [], "x": NaN, "y": Infinity}')
+    r = cli("status", "--url", server.url, "--json")
+    json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))

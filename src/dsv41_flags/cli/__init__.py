@@ -86,7 +86,12 @@ IMPORT_TIMEOUT_S = 300
 
 
 def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(_jsonable(data), indent=2, default=str) + "\n")
+    try:
+        text = json.dumps(_jsonable(data), indent=2, default=str, allow_nan=False)
+    except ValueError:  # NaN or Infinity from outside data: not JSON, so written as text
+        text = json.dumps(json.loads(json.dumps(_jsonable(data), default=str),
+                                     parse_constant=str), indent=2)
+    sys.stdout.write(text + "\n")
 
 
 def _fail(exc: FlagsError, as_json: bool) -> None:

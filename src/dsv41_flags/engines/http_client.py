@@ -50,11 +50,22 @@ def _exchange(url: str, method: str, body: Any, api_key: str | None, timeout_s: 
 
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if api_key:
+        if any(ord(c) < 0x21 or ord(c) == 0x7f for c in api_key):
+            raise SwitchError("the API key holds a space or control character: give the key "
+                              "exactly as the server was launched with it")
         headers["Authorization"] = f"Bearer {api_key}"
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        """A redirect is answered, never followed: the key goes to ``url`` and nowhere else."""
+
+        def redirect_request(self, req, fp, code, msg, hdrs, newurl):
+            return None
+
+    opener = urllib.request.build_opener(_NoRedirect)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with opener.open(req, timeout=timeout_s) as resp:
             return resp.status, _read_capped(resp, url, max_bytes)
     except urllib.error.HTTPError as exc:
         with exc:
@@ -63,10 +74,13 @@ def _exchange(url: str, method: str, body: Any, api_key: str | None, timeout_s: 
         raise
     except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a bad header value
         reason = getattr(exc, "reason", None) or exc
+        if api_key:
+            reason = str(reason).replace(api_key, "***")
         raise SwitchError(f"cannot reach {url}: {reason} (is the engine server running there?)") \
             from None
     except Exception as exc:  # noqa: BLE001 - http.client's own (a bad status line, too many headers)
-        raise SwitchError(f"{url}: not an HTTP answer ({type(exc).__name__}: {exc})") from None
+        why = str(exc).replace(api_key, "***") if api_key else str(exc)
+        raise SwitchError(f"{url}: not an HTTP answer ({type(exc).__name__}: {why})") from None
 
 
 def call_json(url: str, *, method: str = "GET", body: Any = None, api_key: str | None = None,
