@@ -382,7 +382,7 @@ def _dynaconf(profile: str, files: list[Path]):
     from dynaconf.utils import normalize_kwargs
 
     return _files_only_settings()(**normalize_kwargs({
-        **DYNACONF_OPTIONS, "settings_files": [str(f) for f in files], "force_env": profile}))
+        **DYNACONF_OPTIONS, "settings_files": [_literal(f) for f in files], "force_env": profile}))
 
 
 # ---------------------------------------------------------------------------- resolution
@@ -671,3 +671,12 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                                     f"{suggest(key.lower(), sorted(k.lower() for k in known))}{tail}",
                                     severity))
     return problems
+
+
+def _literal(path: os.PathLike | str) -> str:
+    """``path`` as Dynaconf must read it: exactly that file. Dynaconf globs a ``settings_files``
+    entry holding ``*``, ``?`` or ``[``; the files here are already found and checked, so their
+    glob characters are escaped (a ``[ab]`` in a directory name is part of the name)."""
+    import glob
+
+    return glob.escape(str(path))

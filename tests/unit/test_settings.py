@@ -254,3 +254,19 @@ def test_a_value_not_on_one_line_is_shown_parsed(make_runtime, tmp_path):
     with pytest.raises(SettingsError) as exc:
         make_runtime("[default]\nautotune_keep_keep_old = [\n  1,\n]\n")
     assert f"autotune_keep_keep_old=[1] ({tmp_path / 'settings.toml'} [default])" in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["br[ack]et/s[1].toml", "g*/s?.toml", "[!x]/a[b.toml"])
+def test_a_settings_path_with_glob_characters_is_read_as_written(tmp_path, name):
+    """Dynaconf globs a settings entry holding ``*``, ``?`` or ``[``: a found file is read as that
+    exact file, never silently dropped or swapped for another that matches."""
+    import subprocess, sys, json, os
+    path = tmp_path / name
+    path.parent.mkdir(parents=True)
+    path.write_text("[default]\nfolded_fence = true\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    cli = os.path.join(os.path.dirname(sys.executable), "dsv41-flags")
+    proc = subprocess.run([cli, "status", "--settings", str(path), "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    [fence] = [f for f in json.loads(proc.stdout)["features"] if f["name"] == "folded_fence"]
+    assert fence["value"] is True and str(path) in fence["source"], proc.stdout
