@@ -354,8 +354,12 @@ def parse_assignment(text: str) -> tuple[str, str]:
 
 
 def _shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters (an error never echoes a huge input whole)."""
-    text = repr(value)
+    """``repr(value)`` cut to ``limit`` characters (an error never echoes a huge input whole); a
+    value whose ``repr`` raises (or is an int too long to print) is named by its type."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - outside data: any repr may fail
+        return f"<{type(value).__name__} object>"
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 

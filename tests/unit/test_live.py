@@ -351,3 +351,14 @@ def test_requested_by_is_short_text(target, make_runtime, requested_by, match):
 def test_parse_assignment_without_equals_is_an_error():
     with pytest.raises(SwitchError, match="is not NAME=VALUE"):
         parse_assignment("folded_fence")
+
+
+def test_a_value_that_cannot_be_shown_is_named_by_its_type():
+    from dsv41_flags.live import _shown
+
+    class BadRepr:
+        def __repr__(self):
+            raise RuntimeError("repr bomb")
+
+    assert _shown(BadRepr()) == "<BadRepr object>"
+    assert _shown(10 ** 5000) == "<int object>"
