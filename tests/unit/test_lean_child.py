@@ -10,4 +10,4 @@ def test_feature_code_does_not_inherit_the_framework_future_flags(tmp_path):
         "ANN = f.__annotations__\n"
         "assert ANN == {'x': int, 'return': int}, ANN  # not strings\n"
         "FEATURE = Feature(name='feat', target='json', install=lambda m, ctx: None, engine='', summary='s')\n")
-    assert [f.name for f in discover(tmp_path, entry_points=False)] == ["feat"]
+    assert "feat" in [f.name for f in discover(tmp_path, entry_points=False)]
