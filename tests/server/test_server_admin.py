@@ -1,17 +1,16 @@
-"""Who may call the routes, what they accept, what they never reveal. Most of it is asked for and
-not implemented yet (``not_implemented``, an ``xfail(strict=True)``: remove the mark with the
-change that makes the test pass). One launch serves them all: tp 1, booted with both
-``--api-key`` and ``--admin-api-key``, ``folded_fence`` armed at boot (its target is never
-imported here: pending) and a probe feature (shipped by a distribution on ``PYTHONPATH``,
-entry-point group ``dsv41_flags.features``) whose target every scheduler imports (installed).
+"""Who may call the routes, what they accept, what they never reveal. One launch serves them all:
+tp 1, booted with both ``--api-key`` and ``--admin-api-key``, ``folded_fence`` armed at boot (its
+target is never imported here: pending) and a probe feature (shipped by a distribution on
+``PYTHONPATH``, entry-point group ``dsv41_flags.features``) whose target every scheduler imports
+(installed).
 
 - the routes ``/dsv41_flags/set`` and ``/dsv41_flags/status`` admit exactly who sglang's
   ADMIN_OPTIONAL routes admit (``/flush_cache`` is one): with an admin key set, only
   ``Authorization: Bearer <admin key>``; the command sends the key (``--api-key`` or
   ``DSV41_API_KEY``) and says clearly when it is missing;
-- neither key appears in what the framework writes (passes today: event lines, files) or answers
-  (status, the launch's sidecar: the fingerprint payload keeps ``--api-key`` and its value today);
-  sglang's own ``server_args=`` log line prints both keys: upstream, left out of the check;
+- neither key appears in what the framework writes (event lines, files) or answers (status, the
+  launch's sidecar); sglang's own ``server_args=`` log line prints both keys: upstream, left out
+  of the check;
 - a scheduler that serves says so once (``flags.serving``), listing its installed and its
   pending armed features.
 """
@@ -25,8 +24,6 @@ import pytest
 from ._server import Launch, http
 
 pytestmark = pytest.mark.server
-
-not_implemented = pytest.mark.xfail(reason="not implemented yet", strict=False)
 
 API_KEY = "SECRETAPI"
 ADMIN_KEY = "SECRETADMIN"
@@ -80,7 +77,6 @@ def admin(kit, tmp_path_factory):
         launch.stop()
 
 
-@not_implemented
 def test_the_routes_admit_exactly_who_flush_cache_admits(admin):
     seen = {}
     for who, headers in BEARER.items():
@@ -93,7 +89,6 @@ def test_the_routes_admit_exactly_who_flush_cache_admits(admin):
                     "the api key": (401, 401, 401), "the admin key": (200, 200, 200)}
 
 
-@not_implemented
 def test_the_command_sends_the_admin_key(kit, admin):
     code, answer = kit.cli_json("set", "folded_fence=on", "--url", admin.url, "--api-key", ADMIN_KEY)
     assert code == 0 and answer["ok"] is True, answer
@@ -104,7 +99,6 @@ def test_the_command_sends_the_admin_key(kit, admin):
     assert proc.returncode == 0, proc.stderr
 
 
-@not_implemented
 def test_the_command_without_the_key_exits_1_and_says_how_to_give_it(kit, admin):
     for args in (("set", "folded_fence=on", "--url", admin.url), ("status", "--url", admin.url)):
         proc = kit.run_cli(*args)
@@ -134,7 +128,6 @@ def test_no_key_appears_in_what_the_launch_wrote(kit, admin):
                 assert API_KEY.encode() not in data and ADMIN_KEY.encode() not in data, path
 
 
-@not_implemented
 def test_no_key_appears_in_the_status_answer_or_the_launch_sidecar(kit, admin, tmp_path):
     # the status answer (read with the key, which is the caller's own)
     env = kit.env(extra={"DSV41_API_KEY": ADMIN_KEY})
@@ -150,7 +143,6 @@ def test_no_key_appears_in_the_status_answer_or_the_launch_sidecar(kit, admin, t
     assert _secret_lines(proc.stdout + proc.stderr) == []
 
 
-@not_implemented
 def test_a_serving_scheduler_lists_its_installed_and_pending_features_once(admin):
     serving = admin.wait_events("flags.serving", 1, timeout=10)
     (scheduler,) = [e for e in admin.events("flags.resolved") if e["role"] == "scheduler"]

@@ -1,12 +1,7 @@
-"""Behaviour asked for and not implemented yet (``xfail(strict=True)``: remove the mark with the
-change that makes it pass): with ``--enable-metrics`` (prometheus_client in multiprocess mode),
-``GET /metrics`` carries, per feature and scheduler rank, a gauge labelled ``feature``,
-``tp_rank``, ``pp_rank``, ``dp_rank`` and ``state`` (1 for the rank's current state), and a gauge
-of the live generation per rank. Metric names start with ``dsv41_flags``; the generation gauge's
-name holds ``generation``.
-
-Today the launch does not boot: sglang needs prometheus_client for ``--enable-metrics`` and the
-engine requirements do not pin it (DESIGN "Metrics"), so the fixture fails fast.
+"""With ``--enable-metrics`` (prometheus_client in multiprocess mode), ``GET /metrics`` carries,
+per feature and scheduler rank, a gauge labelled ``feature``, ``tp_rank``, ``pp_rank``,
+``dp_rank`` and ``state`` (1 for the rank's current state), and a gauge of the live generation per
+rank. Metric names start with ``dsv41_flags``; the generation gauge's name holds ``generation``.
 """
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ import pytest
 
 from ._server import Launch, http
 
-pytestmark = [pytest.mark.server, pytest.mark.xfail(reason="not implemented yet", strict=False)]
+pytestmark = pytest.mark.server
 
 RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
 _SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)')
