@@ -2,12 +2,11 @@
 controller and two schedulers) and two nodes (one launch per node, ``--nnodes 2 --node-rank 0|1
 --dist-init-addr 127.0.0.1:D --tp 2``: node 1 runs a scheduler only; the TP group spans both).
 
-What works today passes; what is asked for and not implemented yet is ``xfail(strict=True)``
-(remove the mark with the change that makes it pass):
 - data parallel: a switch applies on both schedulers with one generation, and ``status --url``
-  lists both (today the request reaches no scheduler: the command answers after its 60 s);
-- two nodes: every process of both nodes reports ONE fingerprint, although each node binds its
-  scheduler to another CPU (``SGLANG_CPU_OMP_THREADS_BIND`` "0" and "1": a per-node variable).
+  lists both;
+- two nodes: a switch through node 0 reaches the ranks of both nodes, and every process of both
+  nodes reports ONE fingerprint, although each node binds its scheduler to another CPU
+  (``SGLANG_CPU_OMP_THREADS_BIND`` "0" and "1": per-node placement, volatile).
 """
 from __future__ import annotations
 
@@ -19,8 +18,6 @@ import pytest
 from ._server import Launch, free_port_block
 
 pytestmark = pytest.mark.server
-
-not_implemented = pytest.mark.xfail(reason="not implemented yet", strict=False)
 
 DP_SWITCH_TIMEOUT = 30.0  # seconds for dsv41-flags set on the dp launch (a switch takes ~1 s)
 
@@ -48,7 +45,6 @@ class TestDataParallel:
         assert sorted((e["dp_rank"], e["tp_rank"]) for e in schedulers) == [(0, 0), (1, 0)]
         assert len({e["fingerprint"] for e in resolved}) == 1
 
-    @not_implemented
     def test_a_dp_switch_applies_on_both_schedulers_with_one_generation(self, kit, dp):
         try:
             code, answer = kit.cli_json("set", "folded_fence=on", "--url", dp.url,
@@ -109,7 +105,6 @@ class TestTwoNodes:
         assert code == 0 and status["generations_agree"] is True, status
         assert sorted(r["tp_rank"] for r in status["ranks"]) == [0, 1]
 
-    @not_implemented
     def test_every_process_of_both_nodes_reports_one_fingerprint(self, two_nodes):
         roles = [Counter(e["role"] for e in node.events("flags.resolved")) for node in two_nodes]
         assert roles == [Counter({"launcher": 1, "scheduler": 1, "detokenizer": 1}),
