@@ -221,6 +221,12 @@ HOSTILE_WHEELS = {
                                        "not a version"),
     "METADATA without a version": (dict(meta=member("toyengine-1.0.dist-info/METADATA",
                                                     b"Name: toyengine\n\n")), "no Version"),
+    "METADATA version 100k long": (dict(meta=member("toyengine-1.0.dist-info/METADATA",
+                                                    b"Name: toyengine\nVersion: 1" + b".0" * 50_000 + b"\n\n")),
+                                   "not a version"),
+    "METADATA name not a name": (dict(meta=member("toyengine-1.0.dist-info/METADATA",
+                                                  b"Name: [bold]toy engine\nVersion: 1.0\n\n")),
+                                 "not a distribution name"),
     # every directory of every member is listed: a name 30,000 levels deep must not be walked
     "member 30k levels deep": (dict(core=member("toyengine/" + "a/" * 30_000 + "core.py", CORE)),
                                "levels"),
@@ -333,6 +339,29 @@ def test_a_tree_target_that_is_not_a_small_regular_file_is_never_read(tmp_path, 
         assert cell["state"] == "unreadable" and "over the limit" in cell["detail"], cell
     else:
         assert cell["state"] == "drifted" and cell["missing"] == ["module toyengine.core"], cell
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge version file"])
+def test_a_spec_or_version_file_that_is_no_release_file_is_not_read(tmp_path, gate, kind):
+    import os
+
+    if kind == "fifo":
+        spec = tmp_path / "engine.whl"
+        os.mkfifo(spec)
+        assert "neither a regular file" in open_release(str(spec)).error   # never blocks
+        return
+    root = tmp_path / "tree"
+    pkg = _tree(root)
+    (root / "toyengine-1.0.dist-info").rmdir()
+    (pkg / "_version.py").write_bytes(b"__version__ = '1.0'\n" + b"a\n" * 400_000)
+    tracemalloc.start()
+    try:
+        r = gate(root, extra=["--json"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    (cell,) = json.loads(r.stdout)["features"][0]["cells"]
+    assert cell["version"] == "" and peak < 96 << 20, (cell, peak)
 
 
 @pytest.mark.parametrize("spec", ["", " "])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import email.parser
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -46,8 +47,15 @@ CENTRAL_DIRECTORY_MAX_BYTES = 16 * 1024 * 1024
 #: how much of ``METADATA`` is read (bytes): its header block must end within it (the long
 #: description after it is never needed)
 METADATA_MAX_BYTES = 1024 * 1024
-#: a tree's ``pyproject.toml`` / ``_version.py`` (bytes)
-SMALL_FILE_MAX_BYTES = 1024 * 1024
+#: a tree's ``pyproject.toml`` (bytes; a real one is under 30 KB)
+PYPROJECT_MAX_BYTES = 256 * 1024
+#: a tree's ``_version.py`` / ``version.py`` (bytes; a real one is under 1 KB): small, since
+#: parsing costs up to about 900 bytes of memory per byte of source
+VERSION_FILE_MAX_BYTES = 64 * 1024
+#: the longest ``Name`` / ``Version`` taken from a release (characters)
+FIELD_MAX = 200
+#: a distribution name (PEP 508)
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 #: the longest member name and the deepest member path of a wheel read (a real one's are under
 #: 200 characters and 12 levels); every directory of every member is listed, so both are capped
 MEMBER_NAME_MAX = 1024
@@ -68,7 +76,7 @@ def version_from_tree(base: Path, top: str) -> str | None:
         if not path.is_file():
             continue
         try:
-            tree = ast.parse(read_file(path, SMALL_FILE_MAX_BYTES, inside=base).decode("utf-8"))
+            tree = ast.parse(read_file(path, VERSION_FILE_MAX_BYTES, inside=base).decode("utf-8"))
         except Exception:  # noqa: BLE001 - any parser failure (RecursionError...): not a version
             continue
         for node in tree.body:
@@ -294,6 +302,9 @@ def open_release(spec: str, engines: tuple[str, ...] = (), tops: tuple[str, ...]
 
 def _open(spec: str, engines: tuple[str, ...], tops: tuple[str, ...], cache: Path | None) -> Release:
     path = Path(spec).expanduser()
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        return Release(spec, where=str(path), error=f"{path} is neither a regular file (a wheel) "
+                       "nor a directory: not read")
     if path.is_file():
         return _open_wheel(spec, path)
     if path.is_dir():
@@ -320,9 +331,10 @@ def _open_wheel(spec: str, path: Path) -> Release:
     if not (name and version):
         return Release(spec, where=str(path), error=f"{path}: METADATA has no "
                        f"{'Name' if not name else 'Version'} header")
-    try:
-        Version(version)
-    except InvalidVersion:
+    if len(name) > FIELD_MAX or not _NAME.fullmatch(name):
+        return Release(spec, where=str(path), error=f"{path}: METADATA Name {name[:80]!r} is not a "
+                       "distribution name (PEP 508)")
+    if not _is_version(version):
         return Release(spec, where=str(path), error=f"{path}: METADATA Version {version[:80]!r} is "
                        "not a version (PEP 440)")
     return Release(spec, str(canonicalize_name(name)), version, str(path), view)
@@ -353,14 +365,19 @@ def _open_tree(spec: str, root: Path, engines: tuple[str, ...], tops: tuple[str,
         version = next((v for t in tops if (v := version_from_tree(base, t))), None) or ""
     if not version:
         version = _pyproject_version(root, base)
-    if version:
-        try:
-            Version(version)
-        except InvalidVersion:
-            return Release(spec, where=str(base), error=f"{root}: version {version[:80]!r} is not "
-                           "a version (PEP 440)")
+    if version and not _is_version(version):
+        return Release(spec, where=str(base), error=f"{root}: version {version[:80]!r} is not "
+                       "a version (PEP 440)")
     return Release(spec, str(canonicalize_name(name)) if name else "", version, str(base),
                    TreeView(base, str(base)))
+
+
+def _is_version(text: str) -> bool:
+    """True for a PEP 440 version of at most ``FIELD_MAX`` characters."""
+    try:
+        return len(text) <= FIELD_MAX and bool(Version(text))
+    except InvalidVersion:
+        return False
 
 
 def _pyproject_version(*dirs: Path) -> str:
@@ -368,7 +385,7 @@ def _pyproject_version(*dirs: Path) -> str:
         if not (d / "pyproject.toml").is_file():
             continue
         try:
-            data = tomllib.loads(read_file(d / "pyproject.toml", SMALL_FILE_MAX_BYTES,
+            data = tomllib.loads(read_file(d / "pyproject.toml", PYPROJECT_MAX_BYTES,
                                            inside=dirs[0]).decode("utf-8"))
         except Exception:  # noqa: BLE001 - any parser failure: no version from this file
             continue
