@@ -46,11 +46,12 @@ def timed(owner, name, label, wrap=lambda f: f):
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without any DSV41_ variable (and without a bootstrap on PYTHONPATH), plus
-    ``extra``. Every fresh interpreter of the benchmarks starts from it, so the host's own
-    settings never leak into a figure."""
+    """This environment without any DSV41_ variable, with ``PYTHONPATH`` = this tree's ``src``
+    only (no bootstrap on it), plus ``extra``. Every fresh interpreter of the benchmarks starts
+    from it, so the host's own settings never leak into a figure and the tree measured is this
+    one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = str(REPO / "src")  # this tree's sources, whatever the venv's install points at
     env.pop("PYTHONSTARTUP", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # feature modules and targets use their .pyc
     env.update(extra)

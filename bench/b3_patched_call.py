@@ -6,7 +6,7 @@ A trivial method (``def meth(self, x): return x``) called a million times (``tim
     make)``) with a plain pass-through closure shaped like features/folded_fence.py's;
   - patched as the seeds do (a plain closure assigned to the class directly);
   - wrapped by sglang's own ``HookRegistry`` as an AROUND hook (register + ``apply_hooks()``);
-  - a live feature (issue 12) patched through ``InstallContext.patch`` with its gate: bypassed
+  - a live feature patched through ``InstallContext.patch`` with its gate: bypassed
     (switched off: one attribute read, then the original) and switched on (bypass wrapper, then
     the same pass-through closure).
 Each variant has its own class compiled from the same source. Rounds rotate the order of the
@@ -31,6 +31,10 @@ class {name}:
     def meth(self, x):
         """A trivial method."""
         return x
+
+    def other(self, x):
+        """A second method, for a live feature with two patches."""
+        return x
 '''
 TOLERANCE = 0.03  # timing noise of a shared 2-core VM at this granularity
 
@@ -38,7 +42,8 @@ TOLERANCE = 0.03  # timing noise of a shared 2-core VM at this granularity
 def make_module() -> types.ModuleType:
     """A module with four identical classes, importable by name (HookRegistry resolves names)."""
     module = types.ModuleType(MODULE)
-    for name in ("Unpatched", "Framework", "Seed", "Hooked", "LiveOff", "LiveOn"):
+    for name in ("Unpatched", "Framework", "Seed", "Hooked", "LiveOff", "LiveOn", "Live2Off",
+                 "Live2On"):
         exec(CLASS_SOURCE.format(name=name), module.__dict__)
     sys.modules[MODULE] = module
     return module
@@ -54,19 +59,25 @@ def make(original):  # as features/folded_fence.py: closure, *args/**kwargs, met
     return meth
 
 
-def patch_live(cls, on: bool) -> None:
-    """A live feature's install: ``ctx.patch`` with the feature's gate (``_live.gated``)."""
+def patch_live(cls, on: bool, patches: tuple[str, ...] = ("meth",)) -> None:
+    """A live feature's install: ``ctx.patch`` of each of ``patches`` with the feature's gate
+    (``live.gated``). With one patch a call reads the gate only; with two (``gate.alone`` False)
+    the outermost call also pins the state it read for the feature's other patch (a ContextVar
+    set and reset per call)."""
     import types as _t
 
     from dsv41_flags.live import Gate
     from dsv41_flags.patch import InstallContext, Ledger
 
-    feature = _t.SimpleNamespace(name=f"live_{on}")
+    feature = _t.SimpleNamespace(name=f"live_{on}_{len(patches)}")
     ledger = Ledger()
-    ctx = InstallContext(feature, {}, None, None, ledger, Gate(feature.name, on))
-    ctx.patch(cls, "meth", make)
+    gate = Gate(feature.name, on)
+    ctx = InstallContext(feature, {}, None, None, ledger, gate)
+    for attr in patches:
+        ctx.patch(cls, attr, make)
     assert getattr(cls.__dict__["meth"], "__dsv41_gate__").on is on
-    setattr(patch_live, f"ledger_{on}", ledger)
+    assert gate.alone is (len(patches) == 1)
+    setattr(patch_live, f"ledger_{feature.name}", ledger)
 
 
 def patch_framework(cls) -> None:
@@ -106,6 +117,8 @@ def run(quick: bool = False) -> dict:
     patch_hook_registry(module.Hooked)
     patch_live(module.LiveOff, False)
     patch_live(module.LiveOn, True)
+    patch_live(module.Live2Off, False, ("meth", "other"))
+    patch_live(module.Live2On, True, ("meth", "other"))
     variants = {
         "unpatched": module.Unpatched(),
         "framework (Ledger.patch, pass-through closure)": module.Framework(),
@@ -113,6 +126,8 @@ def run(quick: bool = False) -> dict:
         "sglang HookRegistry AROUND hook": module.Hooked(),
         "live feature bypassed (gate off)": module.LiveOff(),
         "live feature switched on (gate on)": module.LiveOn(),
+        "live feature with two patches, bypassed (gate off)": module.Live2Off(),
+        "live feature with two patches, switched on (gate on)": module.Live2On(),
     }
     for obj in variants.values():
         assert obj.meth(7) == 7
@@ -127,13 +142,13 @@ def run(quick: bool = False) -> dict:
     base = names[0]
     ns = {n: med(v) / CALLS * 1e9 for n, v in times.items()}
     paired = {n: [a / b for a, b in zip(times[n], times[base])] for n in names}
-    fw, seed, hook, off, on = names[1], names[2], names[3], names[4], names[5]
+    fw, seed, hook, off, on, off2, on2 = names[1:8]
     fw_vs_seed = [a / b for a, b in zip(times[fw], times[seed])]
     off_vs_seed = [a / b for a, b in zip(times[off], times[seed])]
     on_vs_fw = [a / b for a, b in zip(times[on], times[fw])]
     rows = [row("3", f"call: {base} ({CALLS:,} calls)", ns[base], "ns/call", base, ns[base],
                 ratio=1.0, n=rounds, note=f"range {spread(times[base], 1e9 / CALLS)} ns")]
-    for n in (fw, seed, hook, off, on):
+    for n in (fw, seed, hook, off, on, off2, on2):
         rows.append(row("3", f"call: {n}", ns[n], "ns/call", base, ns[base], ratio=med(paired[n]),
                         n=rounds, note=f"paired ratios {spread(paired[n], 1, 3)}"))
     rows.append(row("3", "call: framework vs seed closure", ns[fw], "ns/call", "seed closure",
@@ -148,6 +163,21 @@ def run(quick: bool = False) -> dict:
     rows.append(row("3", "call: live switched on vs framework (non-live)", ns[on], "ns/call",
                     "framework", ns[fw], ratio=med(on_vs_fw), n=rounds,
                     note=f"one more call level while on; paired ratios {spread(on_vs_fw, 1, 3)}"))
+    off2_vs_seed = [a / b for a, b in zip(times[off2], times[seed])]
+    on2_vs_seed = [a / b for a, b in zip(times[on2], times[seed])]
+    rows.append(row("3", "call: live, two patches, bypassed vs seed closure", ns[off2], "ns/call",
+                    "seed closure", ns[seed], ratio=med(off2_vs_seed),
+                    goal=f"ratio <= 1.00 (+{TOLERANCE:.0%} noise)",
+                    met=med(off2_vs_seed) <= 1 + TOLERANCE, n=rounds,
+                    note=f"the outermost call reads the gate and pins it (ContextVar set + reset) "
+                         f"for the feature's other patch; paired ratios {spread(off2_vs_seed, 1, 3)}"))
+    rows.append(row("3", "call: live, two patches, switched on vs seed closure", ns[on2], "ns/call",
+                    "seed closure", ns[seed], ratio=med(on2_vs_seed),
+                    goal=f"ratio <= 1.00 (+{TOLERANCE:.0%} noise)",
+                    met=med(on2_vs_seed) <= 1 + TOLERANCE, n=rounds,
+                    note=f"bypass wrapper with the pin, then the pass-through closure (what a "
+                         f"switched-on two-patch feature costs against the seed's closure); "
+                         f"paired ratios {spread(on2_vs_seed, 1, 3)}"))
     details = {"ns_per_call": {n: round(v, 1) for n, v in ns.items()},
                "ratio_to_unpatched": {n: round(med(paired[n]), 3) for n in names}}
     return {"rows": rows, "details": details}

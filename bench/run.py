@@ -33,6 +33,7 @@ BENCHMARKS = [
     ("4", "b4_import_hooks", "Import hooks"),
     ("5", "b5_static_check", "Static check"),
     ("6", "b6_upgrade_gate", "Upgrade gate"),
+    ("7", "b7_server", "Server: time to healthy and /generate throughput"),
 ]
 
 
@@ -71,6 +72,10 @@ def fmt_value(v: float | None, unit: str) -> str:
         return "-"
     if unit == "ms" and abs(v) >= 1000:
         return f"{v / 1000:.2f} s"
+    if unit == "%":
+        return f"{v:.2f} %"
+    if unit == "collections":
+        return f"{v:g}"
     return f"{v:.1f} {unit}" if abs(v) >= 0.1 or v == 0 else f"{v:.3f} {unit}"
 
 
@@ -153,7 +158,9 @@ def main(argv: list[str]) -> int:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
             tmp = fh.name
         cmd = [sys.executable, str(BENCH / f"{name}.py"), "--out", tmp] + (["--quick"] if quick else [])
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(  # this tree's sources first
+            [str(REPO / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
         try:
             results[num] = json.loads(Path(tmp).read_text()) if proc.returncode == 0 else None
         except ValueError:
