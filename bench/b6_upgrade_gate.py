@@ -1,6 +1,6 @@
 """Benchmark 6: the upgrade gate, reading a local engine wheel (issue 14).
 
-Timed, per release, in a fresh interpreter each run (framework already imported, nothing parsed
+Timed (CPU time: the goal; and wall), per release, in a fresh interpreter each run (framework already imported, nothing parsed
 yet): ``open_release(wheel)`` (zipfile, METADATA) plus ``matrix()`` for both seed features (the
 static check of every requirement from the wheel's members). Baseline: unzipping the same wheel
 (``zipfile.ZipFile(...).extractall`` into a temporary directory), the step an install or a
@@ -27,12 +27,12 @@ from dsv41_flags.discovery import discover
 from dsv41_flags.upgrade_gate.matrix import matrix
 from dsv41_flags.upgrade_gate.releases import open_release
 features = discover(None)   # the shipped seed features
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 release = open_release({wheel!r})
 t1 = time.perf_counter()
 rows = matrix(features, [release])
-t2 = time.perf_counter()
-print(json.dumps({{"open": t1 - t0, "check": t2 - t1, "total": t2 - t0,
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({{"open": t1 - t0, "check": t2 - t1, "total": t2 - t0, "cpu": c2 - c0,
                   "states": [r["cells"][0]["state"] for r in rows]}}))
 """
 
@@ -70,12 +70,12 @@ def run(quick: bool = False) -> dict:
             gates.append(python(gate_code, env)[1])
             if i < unzip_reps:
                 unzips.append(python(unzip_code, env)[1]["unzip"])
-        total = med([g["total"] for g in gates])
+        total, cpu = med([g["total"] for g in gates]), med([g["cpu"] for g in gates])
         rows.append(row("6", f"check --engine: read wheel sglang {version} + both seed features "
-                             f"({', '.join(gates[0]['states'])})", total * 1e3, "ms",
-                        "unzipping the same wheel", med(unzips) * 1e3, goal=f"<= {GOAL_S:g} s",
-                        met=total <= GOAL_S, n=reps,
-                        note=f"open {med([g['open'] for g in gates]) * 1e3:.1f} ms, check "
+                             f"({', '.join(gates[0]['states'])}), CPU time", cpu * 1e3, "ms",
+                        "unzipping the same wheel (wall)", med(unzips) * 1e3, goal=f"<= {GOAL_S:g} s",
+                        met=cpu <= GOAL_S, n=reps,
+                        note=f"wall {total * 1e3:.1f} ms: open {med([g['open'] for g in gates]) * 1e3:.1f} ms, check "
                              f"{med([g['check'] for g in gates]) * 1e3:.1f} ms; range "
                              f"{spread([g['total'] for g in gates], 1e3, 1)} ms; unzip "
                              f"{spread(unzips, 1e3, 0)} ms; wheel {Path(wheel).stat().st_size / 1e6:.1f} MB"))
