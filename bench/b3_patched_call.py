@@ -34,7 +34,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import main, med, row, spread  # noqa: E402
+from _common import REPO, main, med, row, spread  # noqa: E402
 
 CALLS = 1_000_000
 MODULE = "dsv41_bench_target"
@@ -253,7 +253,7 @@ def instructions(calls: int) -> dict[str, float]:
         raise RuntimeError("valgrind is not installed")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cg.out"
-        env = dict(os.environ, PYTHONHASHSEED="0")
+        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(REPO / "src"))
         proc = subprocess.run(["valgrind", "--tool=callgrind", "--dump-before=getppid",
                                f"--callgrind-out-file={out}", sys.executable, "-c",
                                COUNTED.format(bench=str(Path(__file__).resolve().parent),

@@ -228,11 +228,12 @@ def run(quick: bool = False) -> dict:
 
 
 def make_snapshot(environ: dict) -> str:
-    """The snapshot a launching process hands to the engine's children."""
-    from dsv41_flags.runtime import build
-
-    return build([SETTINGS], None, environ=environ, use_snapshot=False,
-                 configure_logging=False).snapshot()
+    """The snapshot a launching process hands to the engine's children, built by this tree's
+    framework in a fresh interpreter (``environ``: its environment)."""
+    _, out = python("import json, dsv41_flags\nrt = dsv41_flags.activate()\n"
+                    "import os\nprint(json.dumps({'snapshot': os.environ['DSV41_SNAPSHOT']}))",
+                    dict(environ, DSV41_LOG_FORMAT="json"))
+    return out["snapshot"]
 
 
 if __name__ == "__main__":

@@ -67,6 +67,21 @@ def wait_healthy(srv, launch, started: float, timeout: float) -> float:
     raise RuntimeError(f"{launch.name}: /health not 200 within {timeout:.0f} s\n{launch.tail()}")
 
 
+def group_cpu_s(srv, pgid: int) -> float:
+    """User + system CPU seconds of the running processes of group ``pgid`` (from /proc; the
+    children that already exited are not counted): a counter a loaded machine does not stretch."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in srv.group_members(pgid):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])   # utime, stime (fields 14, 15 of stat)
+    return total / tick
+
+
 def window(srv, url: str, requests_per_client: int) -> float:
     """Requests per second of ``CLIENTS`` threads each posting ``requests_per_client`` /generate
     requests back to back; raises when one fails or the window outlasts WINDOW_TIMEOUT_S."""
@@ -106,6 +121,7 @@ def run(quick: bool = False) -> dict:
     }
     boots: dict[str, list[float]] = {v: [] for v in variants}
     rates: dict[str, list[float]] = {v: [] for v in variants}
+    cpus: dict[str, list[float]] = {v: [] for v in variants}
     boot_ratios, rate_ratios, states = [], [], {}
     with tempfile.TemporaryDirectory(prefix="dsv41-bench-server-") as tmp:
         kit = srv.Kit(Path(tmp) / "kit")
@@ -132,6 +148,7 @@ def run(quick: bool = False) -> dict:
                     launch.start()
                     pair_boot[name] = wait_healthy(srv, launch, t0, boot_timeout)
                     boots[name].append(pair_boot[name])
+                    cpus[name].append(group_cpu_s(srv, launch.proc.pid))
                 boot_ratios.append(pair_boot["framework"] / pair_boot["baseline"])
                 for name, launch in launches.items():
                     window(srv, launch.url, 2)  # warm-up requests
@@ -165,6 +182,13 @@ def run(quick: bool = False) -> dict:
             note=f"median of {pairs} paired ratios, spread {spread(boot_ratios, 1, 3)}; boots "
                  f"{spread(boots['framework'], 1, 1)} vs {spread(boots['baseline'], 1, 1)} s; "
                  f"load average at the end {load}; armed per role {states}"),
+        row("7", "server --tp 1: CPU time of the launch's processes at healthy, framework",
+            med(cpus["framework"]) * 1e3, "ms", "same launch, plugin excluded",
+            med(cpus["baseline"]) * 1e3, n=pairs,
+            note=f"user + system of the launcher, scheduler and detokenizer (/proc) when /health "
+                 f"first answered: a counter the machine's load does not stretch; per pair "
+                 f"{[round(x, 1) for x in cpus['framework']]} vs "
+                 f"{[round(x, 1) for x in cpus['baseline']]} s"),
         row("7", f"server --tp 1: /generate throughput, {CLIENTS} clients, framework",
             rate_fw, "req/s", "same launch, plugin excluded", rate_base, ratio=rate_ratio,
             goal=f"ratio >= {THROUGHPUT_GOAL}", met=rate_ratio >= THROUGHPUT_GOAL, n=pairs * windows,
@@ -174,6 +198,7 @@ def run(quick: bool = False) -> dict:
                  f"{spread(rates['baseline'], 1, 2)} req/s"),
     ]
     details = {"boot_s": {v: [round(x, 2) for x in xs] for v, xs in boots.items()},
+               "cpu_s_at_healthy": {v: [round(x, 2) for x in xs] for v, xs in cpus.items()},
                "boot_ratio_per_pair": {"framework/baseline": [round(x, 3) for x in boot_ratios]},
                "throughput_req_per_s": {v: [round(x, 2) for x in xs] for v, xs in rates.items()},
                "throughput_ratio_per_pair": {"framework/baseline": [round(x, 3) for x in rate_ratios]}}
