@@ -7,7 +7,7 @@ Source comes from a ``SourceView``: the installed environment (``InstalledView``
 live (importing them is safe); other distributions are read from the installed environment's
 source when it has some, else the answer is ``undecided``.
 
-Rules (issue 14; each kind has a unit test in ``tests/unit/test_static.py``):
+Rules (each kind has a unit test in ``tests/unit/test_static.py``):
 
 - Module and class bodies are read in order, as Python runs them: the last binding of a name
   wins; a name bound only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound
