@@ -34,6 +34,7 @@ def test_the_readme_feature_installs_and_its_test_passes(dsv41_flags_runtime, tm
     kit = dsv41_flags_runtime
     feature = Path(name).stem
     import sglang.srt.managers.scheduler as scheduler
-    assert kit.events("feature.installed")[0]["patches"] == ["Scheduler.get_new_batch_prefill"]
+    (installed,) = [e for e in kit.events("feature.installed") if e["feature"] == feature]
+    assert installed["patches"] == ["Scheduler.get_new_batch_prefill"]
     assert scheduler.Scheduler.get_new_batch_prefill.__name__ == "get_new_batch_prefill"
     assert kit.events("flags.resolved")[0]["features"][feature]["options"]["limit"]["value"] == 32

@@ -372,11 +372,12 @@ class Launch:
         lines = self.text().splitlines()
         return "\n".join(line[:400] for line in lines[-n:])
 
-    def wait_events(self, name: str, count: int, timeout: float = 30.0) -> list[dict]:
-        """The ``name`` events once at least ``count`` are printed (bounded)."""
+    def wait_events(self, name: str, count: int, timeout: float = 30.0, **fields) -> list[dict]:
+        """The ``name`` events whose ``fields`` match (key -> value), once at least ``count`` are
+        printed or after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
-            evs = self.events(name)
+            evs = [e for e in self.events(name) if all(e.get(k) == v for k, v in fields.items())]
             if len(evs) >= count or time.monotonic() > deadline:
                 return evs
             time.sleep(0.5)

@@ -80,7 +80,7 @@ def test_spawn_child_installs_from_snapshot_and_logs_its_own_event(launch):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["forward"] == "patched" and result["from_snapshot"] is True
-    assert result["states"][0]["state"] == "installed"
+    assert {s["name"]: s["state"] for s in result["states"]}["demo_patch"] == "installed"
     installed = [e for e in events(proc.stderr) if e["event"] == "feature.installed"]
     assert [e["pid"] for e in installed] == [result["pid"]]          # the child said it itself
     resolved = [e for e in events(proc.stderr) if e["event"] == "flags.resolved"]
