@@ -35,6 +35,9 @@ from dsv41_flags.snapshot import spill_path
 from dsv41_flags.values import CastError, cast_bool
 
 EXIT_STRICT = 3
+#: how long a fork waits, in all, for imports in progress at arming to complete so that the child
+#: inherits their installs (seconds; an import still running then stays pending in the child)
+SETTLE_BEFORE_FORK_S = 0.5
 
 _LOCK = threading.RLock()
 _RUNTIME: Runtime | None = None                  # the one per-process runtime, published complete
@@ -204,7 +207,7 @@ def _before_fork() -> None:
     if rt is None or rt.pid != os.getpid() or _ACTIVATING is not None:
         return
     try:
-        rt.settle()
+        rt.settle(timeout=SETTLE_BEFORE_FORK_S)
     except Exception:  # reported by the install's own event; the fork goes on
         pass
 

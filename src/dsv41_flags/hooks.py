@@ -2,60 +2,135 @@
 already is. wrapt adds its finder to ``sys.meta_path`` only when a hook is registered, so with
 nothing armed the import system is left untouched.
 
-A target another thread is still importing (in ``sys.modules``, its body still running) is never
-patched half-way (its body would go on and rebind what was patched): ``register_post_import_hook``
-says so (``AFTER_IMPORT_IN_PROGRESS``) and a helper thread runs the callback once that import
-completes (it looks every ``POLL_S`` seconds and holds no lock, so it never deadlocks with the
-importing thread). The helper is one way the wait ends, not the only one: the
-runtime also settles a pending install itself wherever it looks (``Runtime.settle``: before a
-fork, at an audit), so a process forked meanwhile never depends on a thread it did not inherit.
-If that import fails, the hook waits for the next import of the target.
+A target may be in ``sys.modules`` with its body still running: another thread is importing it,
+or this thread is, further up its stack. It is never patched half-way (its body would go on and
+rebind what was patched). No public API tells a completed module from one still executing, so
+registration asks the import system itself: a probe thread calls ``importlib.import_module``,
+which returns at once for a completed module and blocks on the module's import lock while an
+import of it is in progress (Python's per-module import locks). A probe that has not returned
+within ``PROBE_S`` seconds is an import in progress: registration returns an ``ImportWait`` and
+the probe thread runs the callback once that import completes. The probe never loads anything: a
+finder put first on ``sys.meta_path`` once (``_ProbeGuard``) refuses every import of a probe thread, so when
+the import in progress fails (the module leaves ``sys.modules``) the probe registers the hook for
+the next import instead. The probe is one way the wait ends, not the only one: the runtime also
+settles a pending install itself (``Runtime.settle``: before a fork, at an audit) once
+``ImportWait.completed`` is set, so a process forked meanwhile never depends on a thread it did
+not inherit.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.abc
 import sys
 import threading
-import time
 from types import ModuleType
 from typing import Callable
 
 import wrapt
 
-#: ``register_post_import_hook`` results
-NOW_OR_LATER = "registered"
-AFTER_IMPORT_IN_PROGRESS = "waiting"
-#: how often the helper thread looks whether an import in progress has completed (seconds)
-POLL_S = 0.005
+#: how long registration waits for its probe before it treats the target's import as in
+#: progress (seconds); a completed module answers in microseconds
+PROBE_S = 1.0
 
 
-def initializing(module: ModuleType | None) -> bool:
-    """True while ``module``'s body is being executed by an import in progress."""
-    # No public API says whether a module in sys.modules is still being executed: CPython's
-    # import machinery marks it on its spec (``__spec__._initializing``), read here and nowhere else.
-    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+class _ProbeGuard(importlib.abc.MetaPathFinder):
+    """A ``sys.meta_path`` finder that refuses every import made by a probe thread (one whose
+    ``probing`` flag is set), so a probe only ever waits for an import in progress and never
+    loads a module itself; every other import passes through untouched (``None``: not mine)."""
+
+    def __init__(self) -> None:
+        self.probing = threading.local()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if getattr(self.probing, "active", False):
+            raise ModuleNotFoundError(f"dsv41_flags' import probe loads nothing ({fullname})",
+                                      name=fullname)
+        return None
+
+    def install(self) -> None:
+        """Put this guard first on ``sys.meta_path`` unless it is there. It is never removed:
+        removing an entry while another thread walks the list could make that thread skip a
+        finder (inserting at most makes it ask one finder twice, as wrapt's own finder does)."""
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
 
 
-def register_post_import_hook(callback: Callable[[ModuleType], None], target: str) -> str:
-    """Call ``callback(module)`` once ``target`` (dotted name) is imported; at once if it already
-    is. Exceptions raised by the callback propagate to the import statement (or to ``register``
-    when it fires at once). Returns ``"registered"``, or ``"waiting"`` when the target is being
-    imported by another import in progress: the callback then runs in a helper thread as soon as
-    that import completes (see the module docstring)."""
-    module = sys.modules.get(target)
-    if module is not None and initializing(module):
-        thread = threading.Thread(target=_after_import, args=(callback, target),
-                                  name=f"dsv41-flags-wait-{target}", daemon=True)
-        thread.start()
-        return AFTER_IMPORT_IN_PROGRESS
-    wrapt.register_post_import_hook(callback, target)
-    return NOW_OR_LATER
+#: the one probe guard of this process (installed at the first probe)
+_GUARD = _ProbeGuard()
 
 
-def _after_import(callback: Callable[[ModuleType], None], target: str) -> None:
-    while initializing(sys.modules.get(target)):  # never imports the target itself
-        time.sleep(POLL_S)
-    module = sys.modules.get(target)
-    if module is not None:
-        callback(module)
-    else:  # that import failed (the module was removed): install at the next import
+class ImportWait:
+    """A post-import hook waiting for an import of its target that was in progress when it was
+    registered. ``completed`` (threading.Event) is set once that import has completed or failed;
+    the probe thread then runs the callback (or, after a failure, registers it for the next
+    import)."""
+
+    def __init__(self, callback: Callable[[ModuleType], None], target: str, *,
+                 handed_off: bool = False) -> None:
+        self.callback, self.target = callback, target
+        self.completed = threading.Event()
+        self.module: ModuleType | None = None
+        self._lock = threading.Lock()
+        self._handed_off = handed_off
+        self.thread = threading.Thread(target=self._probe, name=f"dsv41-flags-wait-{target}",
+                                       daemon=True)
+
+    def _probe(self) -> None:
+        _GUARD.install()
+        _GUARD.probing.active = True
+        try:
+            module = importlib.import_module(self.target)  # blocks while an import is in progress
+        except BaseException:  # that import failed: the module left sys.modules
+            module = None
+        finally:
+            _GUARD.probing.active = False  # the callback below may import what it needs
+        with self._lock:
+            self.module = module
+            self.completed.set()
+            mine = self._handed_off
+        if mine:
+            self.finish()
+
+    def hand_off(self) -> bool:
+        """Leave the callback to the probe thread (it runs it once the import completes). Returns
+        False when the probe has already returned: the caller runs ``finish`` itself."""
+        with self._lock:
+            if self.completed.is_set():
+                return False
+            self._handed_off = True
+            return True
+
+    def finish(self) -> None:
+        """Run the callback on the completed module, or register it for the next import when the
+        import in progress failed. Exceptions raised by the callback propagate."""
+        if self.module is not None:
+            self.callback(self.module)
+        else:
+            wrapt.register_post_import_hook(self.callback, self.target)
+
+
+def register_post_import_hook(callback: Callable[[ModuleType], None],
+                              target: str) -> ImportWait | None:
+    """Call ``callback(module)`` once ``target`` (dotted name) is imported; at once (in this
+    thread) if it already is. Exceptions raised by the callback propagate to the import statement
+    (or to this call when it fires at once). Returns None, or an ``ImportWait`` when an import of
+    the target is in progress (probed for ``PROBE_S`` seconds, see the module docstring): the
+    callback then runs in the probe thread as soon as that import completes."""
+    if sys.modules.get(target) is None:
         wrapt.register_post_import_hook(callback, target)
+        return None
+    wait = ImportWait(callback, target)
+    wait.thread.start()
+    if wait.completed.wait(PROBE_S) or not wait.hand_off():
+        wait.finish()
+        return None
+    return wait
+
+
+def watch_import(callback: Callable[[ModuleType], None], target: str) -> ImportWait:
+    """An ``ImportWait`` for ``target`` started and handed off at once, without probing first: in
+    a forked child, for a wait whose probe thread stayed in the parent. The callback runs in the
+    new probe thread once the import completes (at once if it already has)."""
+    wait = ImportWait(callback, target, handed_off=True)
+    wait.thread.start()
+    return wait

@@ -20,7 +20,7 @@ from dsv41_flags.discovery import discover, install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
 from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
 from dsv41_flags.fingerprint import MASK, Fingerprint, compute, is_secret, own_argv, secret_names
-from dsv41_flags.hooks import AFTER_IMPORT_IN_PROGRESS, initializing, register_post_import_hook
+from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
 from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
@@ -105,6 +105,8 @@ class Runtime:
         self._states: dict[str, FeatureState] = {}
         self._hooked: set[str] = set()
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
+        #: feature name -> the wait of a hook registered while its target's import was in progress
+        self._import_waits: dict[str, ImportWait] = {}
         self._reach: dict[tuple[str, str], tuple[tuple[str, ...], str] | None] = {}
         self.pid = os.getpid()
         self.guard_registered = False
@@ -277,17 +279,20 @@ class Runtime:
             self._set(feature, State.ARMED if on else State.OFF,
                       detail="" if on else "live: installed bypassed when its target is imported")
             try:
-                how = register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
-                                                feature.target)
+                wait = register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
+                                                 feature.target)
             except BaseException:
                 st = self._states.get(feature.name)
                 if st is not None and st.state in (State.ARMED, State.OFF):  # no hook: not armed
                     del self._states[feature.name]
                     self._hooked.discard(feature.name)
                 raise
-            if how == AFTER_IMPORT_IN_PROGRESS and self._states[feature.name].state == State.ARMED:
-                detail = (f"its target {feature.target} is being imported by another thread: "
-                          f"installs when that import completes")
+            if wait is not None:
+                self._import_waits[feature.name] = wait
+            if wait is not None and self._states[feature.name].state == State.ARMED:
+                detail = (f"its target {feature.target} is still being imported (by another "
+                          f"thread, or further up this thread's stack): installs when that import "
+                          f"completes")
                 self._set(feature, State.PENDING, detail=detail)
                 self.log.info("feature.pending", feature=feature.name, target=feature.target,
                               reason=detail)
@@ -324,17 +329,28 @@ class Runtime:
         (armed, pending; a live feature off at boot installs bypassed)."""
         return st is not None and (State(st.state).hooked or (feature.live and st.state == State.OFF))
 
-    def settle(self) -> None:
-        """Install every ``pending`` feature whose target's import (by another thread) has
-        completed, here and now, instead of waiting for the helper thread that watches it: before
-        a fork (the child inherits the patch, never a wait in a thread it does not have) and at an
-        audit. A strict failure follows ``on_import_failure`` as at any import."""
+    def settle(self, timeout: float = 0.0) -> None:
+        """Install every ``pending`` feature whose target's import (in progress when it was
+        armed) has completed, here and now, instead of leaving it to the probe thread that
+        watches it (``hooks.ImportWait``): before a fork (the child inherits the patch, never a
+        wait in a thread it does not have) and at an audit. ``timeout``: how long in all to wait
+        for such imports to complete (seconds; 0: look only). A strict failure follows
+        ``on_import_failure`` as at any import."""
+        deadline = time.monotonic() + timeout
         for feature in list(self.features.values()):
             st = self._states.get(feature.name)
-            module = sys.modules.get(feature.target)
-            if st is not None and st.state == State.PENDING and module is not None \
-                    and not initializing(module):
-                self._on_import(feature, module)
+            wait = self._import_waits.get(feature.name)
+            if st is None or st.state != State.PENDING or wait is None:
+                continue
+            if wait.completed.wait(max(0.0, deadline - time.monotonic())) \
+                    and wait.module is not None:
+                self._on_import(feature, wait.module)
+
+    def _importing(self, name: str) -> bool:
+        """Whether the import of feature ``name``'s target that was in progress when it was armed
+        is still in progress."""
+        wait = self._import_waits.get(name)
+        return wait is not None and not wait.completed.is_set()
 
     def abandon(self, reason: str) -> None:
         """In a child forked while another thread was activating this runtime: every hook it
@@ -355,6 +371,11 @@ class Runtime:
         self.announced = False
         self.context.fields.clear()  # the same object: the configured log chain holds it too
         self.context.update(role="child")
+        for name, wait in list(self._import_waits.items()):  # their probe threads stayed behind
+            if not wait.completed.is_set():
+                feature = self.features[name]
+                self._import_waits[name] = watch_import(
+                    lambda module, f=feature: self._on_import(f, module), feature.target)
 
     def announce(self) -> None:
         """Emit ``flags.resolved`` (and ``snapshot.mismatch`` notes) once for this process."""
@@ -575,7 +596,7 @@ class Runtime:
             if st is None:
                 continue
             module = sys.modules.get(feature.target)
-            if State(st.state).hooked and (module is None or initializing(module)):
+            if State(st.state).hooked and (module is None or self._importing(feature.name)):
                 detail = "" if module is None else "its target is still being imported"
                 self._set(feature, State.PENDING, detail=detail)
                 self.log.warning("feature.pending", feature=feature.name, target=feature.target,

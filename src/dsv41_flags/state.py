@@ -9,7 +9,7 @@ upgrade gate's cells use ``Cell``.
 A feature's life in one process (``Runtime``)::
 
     (flag off) off ──────────────────────────────► bypassed (live: installed, switched off)
-    (flag on)  armed ─► pending (target still being imported by another thread)
+    (flag on)  armed ─► pending (target still being imported, by another thread or up this stack)
                armed / pending ─► installed | drifted | failed     (its target is imported)
                armed / pending ─► missed     (target imported, install never ran: audit)
                installed / bypassed ─► lost   (the patched attribute was replaced: audit)

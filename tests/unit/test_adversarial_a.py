@@ -280,7 +280,7 @@ def test_target_still_importing_in_another_thread_installs_when_the_import_compl
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["pending", "installed patched n=5"]
     pending = [e for e in events(proc.stderr) if e["event"] == "feature.pending"]
-    assert pending and "being imported by another thread" in pending[0]["reason"]
+    assert pending and "is still being imported" in pending[0]["reason"]
 
 
 # ------------------------------------------------------------ follow-ups (8a, 8b)

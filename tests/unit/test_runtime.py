@@ -65,7 +65,7 @@ def test_install_on_import_and_uninstall(demo, dsv41_flags_runtime):
     st = next(s for s in rt.states() if s.name == "wrap_step")
     assert st.state == "installed" and st.patches == ("Engine.step",)
     assert kit.events("flags.resolved")[0]["armed"] == ["wrap_step"]
-    ev = kit.events("feature.installed")[0]
+    (ev,) = [e for e in kit.events("feature.installed") if e["feature"] == "wrap_step"]
     assert ev["feature"] == "wrap_step" and ev["target"] == demo.name and ev["duration_ms"] >= 0
     assert ev["pid"] > 0 and "process" in ev
     # installing twice leaves exactly one wrapper level

@@ -1,0 +1,141 @@
+"""Post-import hooks (``dsv41_flags.hooks``): a callback runs once its target is imported and
+completed, never on a module whose body is still running, and the probe that tells the two apart
+never loads a module itself."""
+from __future__ import annotations
+
+import sys
+import threading
+import types
+import uuid
+
+import pytest
+
+from dsv41_flags.hooks import ImportWait, register_post_import_hook
+
+
+@pytest.fixture
+def modules(tmp_path, monkeypatch):
+    """Write importable modules into a fresh directory on sys.path; each gets a unique name. A
+    module body can wait on a gate (``gate.wait``) released by the test."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    made: list[str] = []
+    gate = types.ModuleType(f"gate_{uuid.uuid4().hex[:8]}")
+    gate.release = threading.Event()
+    gate.entered = threading.Event()
+    sys.modules[gate.__name__] = gate
+
+    def make(body: str) -> str:
+        name = f"hooked_{uuid.uuid4().hex[:8]}"
+        (tmp_path / f"{name}.py").write_text(body.replace("GATE", gate.__name__))
+        made.append(name)
+        return name
+
+    yield types.SimpleNamespace(make=make, gate=gate)
+    gate.release.set()
+    for name in made + [gate.__name__]:
+        sys.modules.pop(name, None)
+
+
+SLOW = ("import GATE\nfirst = 1\nGATE.entered.set()\n"
+        "assert GATE.release.wait(10)\nlast = 2\n")
+
+
+def test_a_completed_module_runs_the_callback_at_once_in_this_thread(modules):
+    name = modules.make("x = 1\n")
+    __import__(name)
+    seen = []
+    assert register_post_import_hook(lambda m: seen.append((m.x, threading.get_ident())), name) is None
+    assert seen == [(1, threading.get_ident())]
+
+
+def test_a_module_not_imported_yet_runs_the_callback_at_its_import(modules):
+    name = modules.make("x = 1\n")
+    seen = []
+    assert register_post_import_hook(lambda m: seen.append(m.x), name) is None
+    assert seen == []
+    __import__(name)
+    assert seen == [1]
+
+
+def test_an_import_in_progress_in_another_thread_is_waited_for_never_patched_half_way(modules):
+    name = modules.make(SLOW)
+    importer = threading.Thread(target=__import__, args=(name,))
+    importer.start()
+    assert modules.gate.entered.wait(10)            # its body runs, half done
+    seen, done = [], threading.Event()
+    wait = register_post_import_hook(lambda m: (seen.append(m.last), done.set()), name)
+    assert isinstance(wait, ImportWait) and not wait.completed.is_set() and seen == []
+    modules.gate.release.set()
+    importer.join(10)
+    assert done.wait(10) and seen == [2]            # the body had completed: `last` is there
+    assert wait.completed.is_set() and wait.module is sys.modules[name]
+
+
+def test_an_import_in_progress_further_up_this_threads_stack_is_waited_for(modules):
+    hook_name = f"{__name__}_hooks_for_self"
+    seen = []
+    body = ("import sys\nfirst = 1\n"
+            "from dsv41_flags.hooks import register_post_import_hook\n"
+            f"WAIT = register_post_import_hook(lambda m: sys.modules[{hook_name!r}].append(m.last), __name__)\n"
+            "last = 2\n")
+    sys.modules[hook_name] = seen  # the callback's sink
+    try:
+        name = modules.make(body)
+        module = __import__(name)
+        assert isinstance(module.WAIT, ImportWait)  # registered while its own body ran
+        assert module.WAIT.completed.wait(10)
+        module.WAIT.thread.join(10)
+        assert seen == [2]
+    finally:
+        sys.modules.pop(hook_name, None)
+
+
+def test_a_failed_import_in_progress_is_never_retried_by_the_probe_and_the_next_import_fires(modules):
+    runs = f"{__name__}_runs_{uuid.uuid4().hex[:6]}"
+    sys.modules[runs] = []
+    try:
+        name = modules.make(f"import sys\nsys.modules[{runs!r}].append(1)\n" + SLOW
+                            + "if len(sys.modules[%r]) == 1:\n    raise ImportError('first import fails')\n" % runs)
+        failed = []
+        importer = threading.Thread(target=lambda: failed.append(_import_error(name)))
+        importer.start()
+        assert modules.gate.entered.wait(10)
+        seen = []
+        wait = register_post_import_hook(lambda m: seen.append(m.last), name)
+        assert isinstance(wait, ImportWait)
+        modules.gate.release.set()
+        importer.join(10)
+        assert wait.completed.wait(10) and wait.module is None
+        wait.thread.join(10)
+        assert failed == ["first import fails"] and seen == []
+        assert sys.modules[runs] == [1]              # the probe did not run the body again
+        __import__(name)                             # the next import completes: the hook fires
+        assert seen == [2] and sys.modules[runs] == [1, 1]
+    finally:
+        sys.modules.pop(runs, None)
+
+
+def test_other_threads_import_normally_while_a_probe_waits(modules):
+    slow = modules.make(SLOW)
+    importer = threading.Thread(target=__import__, args=(slow,))
+    importer.start()
+    assert modules.gate.entered.wait(10)
+    wait = register_post_import_hook(lambda m: None, slow)
+    assert isinstance(wait, ImportWait)
+    other = modules.make("y = 3\n")
+    got = []
+    t = threading.Thread(target=lambda: got.append(__import__(other).y))
+    t.start()
+    t.join(10)
+    assert got == [3]                                # the probe's guard refuses only its own imports
+    modules.gate.release.set()
+    importer.join(10)
+    assert wait.completed.wait(10)
+
+
+def _import_error(name: str) -> str:
+    try:
+        __import__(name)
+    except ImportError as exc:
+        return str(exc)
+    return "imported"
