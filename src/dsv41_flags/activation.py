@@ -26,6 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import wrapt
+
 from dsv41_flags.engines import adapter
 from dsv41_flags.errors import ActivationError, FlagsError, SnapshotError
 from dsv41_flags.logs import ProcessContext, configure, get_logger
@@ -383,16 +385,17 @@ def is_spawn_child(argv: Sequence[str] | None = None) -> bool:
 
 def bootstrap() -> None:
     """Interpreter-start activation for ``dsv41-flags run`` (called by the bootstrap
-    ``sitecustomize``). The resource tracker is left alone. A spawned child (or a child of the
-    forkserver, which itself does not activate) waits until its
-    target is known: an sglang process entry whose ``load_plugins()`` will call our plugin is left
-    to the plugin (which knows role and ranks before the first event); any other target is
-    activated just before it runs. Everything else activates now. A failure follows ``fail``: in
-    strict mode the process exits with status 3 before running anything."""
+    ``sitecustomize``). The resource tracker is left alone. Every other process marks the
+    multiprocessing processes it creates (``mark_processes``). A spawned child (or a child of the
+    forkserver, which itself does not activate) waits until its process object arrives from its
+    parent: unpickling the mark activates it unless its target activates through the engine's
+    plugin loader (which knows role and ranks before the first event; ``SpawnedChild``).
+    Everything else activates now. A failure follows ``fail``: in strict mode the process exits
+    with status 3 before running anything."""
     if is_multiprocessing_helper():
         return
+    mark_processes()
     if is_spawn_child() or is_forkserver():
-        _activate_before_spawn_target()
         return
     _bootstrap_activate()
 
@@ -407,40 +410,49 @@ def _bootstrap_activate(role: str | None = None) -> None:
             os._exit(EXIT_STRICT)  # never run the program unpatched
 
 
-def _activate_for(process: object) -> None:
-    """Activate in a spawned (or forkserver) child about to run ``process``'s target, unless the
-    engine adapter says the target activates through the engine's plugin loader (which knows its
-    role and ranks), or this process already has its runtime (or its failure)."""
-    if current_runtime() is not None or _FAILED is not None and _FAILED[0] == os.getpid():
-        return
-    try:
-        deferred = adapter().will_activate(_target_of(process))
-    except Exception:  # an engine adapter that cannot say: activate here, as for any target
-        deferred = False
-    if not deferred:
+class SpawnedChild:
+    """The mark a process under ``dsv41-flags run`` puts on each multiprocessing process object it
+    creates (attribute ``dsv41_flags_child``). It travels with the pickled process object to a
+    spawned or forkserver child, where unpickling it (``__reduce__`` ->
+    ``activate_spawned_child``) activates the child before its target runs. ``deferred`` (bool):
+    the target activates through the engine's plugin loader (``EngineAdapter.will_activate``,
+    decided in the parent from the target passed to the process's constructor)."""
+
+    __slots__ = ("deferred",)
+
+    def __init__(self, deferred: bool) -> None:
+        self.deferred = deferred
+
+    def __reduce__(self):
+        return activate_spawned_child, (self.deferred,)
+
+
+def activate_spawned_child(deferred: bool) -> SpawnedChild:
+    """Unpickling a ``SpawnedChild``: in a spawned or forkserver child that has no runtime yet
+    (nor a failed activation), activate now unless ``deferred``. Anywhere else (a process object
+    unpickled for another purpose) nothing happens. Returns the mark."""
+    if not deferred and (is_spawn_child() or is_forkserver()) and current_runtime() is None \
+            and not (_FAILED is not None and _FAILED[0] == os.getpid()):
         _bootstrap_activate()
+    return SpawnedChild(deferred)
 
 
-def _target_of(process: object) -> Any:
-    """The callable a multiprocessing process object will run."""
-    # multiprocessing has no public accessor for a Process's target: BaseProcess keeps it as
-    # ``_target`` (read here and nowhere else; None when it is not there).
-    return getattr(process, "_target", None)
+def _mark_process(wrapped, instance, args, kwargs):
+    """wrapt wrapper of ``multiprocessing.process.BaseProcess.__init__(group, target, ...)``: the
+    process object gets its ``SpawnedChild`` mark."""
+    wrapped(*args, **kwargs)
+    target = kwargs.get("target", args[1] if len(args) > 1 else None)
+    try:
+        deferred = bool(adapter().will_activate(target))
+    except Exception:  # an engine adapter that cannot say: the child activates before its target
+        deferred = False
+    instance.dsv41_flags_child = SpawnedChild(deferred)
 
 
-def _activate_before_spawn_target() -> None:
-    """In a process started by multiprocessing's spawn (or a forkserver's child): activate once its
-    process object is known, just before its target runs (``_activate_for``)."""
+def mark_processes() -> None:
+    """Wrap ``multiprocessing.process.BaseProcess.__init__`` (wrapt) so that every process
+    object created here carries its ``SpawnedChild`` mark. Called once per interpreter, by
+    ``bootstrap`` (a forked child inherits the wrapped class)."""
     import multiprocessing.process as mpp
 
-    # multiprocessing has no public hook between receiving a spawned process's object and running
-    # its target (util.register_after_fork is skipped there: SpawnProcess._after_fork does
-    # nothing), so BaseProcess._bootstrap is wrapped here, once, and put back at its first call.
-    original = mpp.BaseProcess._bootstrap
-
-    def _bootstrap(self, *args, **kwargs):
-        mpp.BaseProcess._bootstrap = original  # this process only (a forkserver keeps its copy)
-        _activate_for(self)
-        return original(self, *args, **kwargs)
-
-    mpp.BaseProcess._bootstrap = _bootstrap
+    wrapt.wrap_function_wrapper(mpp, "BaseProcess.__init__", _mark_process)

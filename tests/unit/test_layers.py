@@ -135,3 +135,47 @@ def test_the_graph_sees_every_kind_of_import(tmp_path, source, expected):
     path = tmp_path / "m.py"
     path.write_text(source)
     assert set(_imports(path, set(_modules()))) == expected
+
+
+#: underscore names that are documented public API of the standard library
+PUBLIC_UNDERSCORE = {("os", "_exit")}
+
+
+def _private_uses(path: Path) -> list[str]:
+    """``module._name`` reads of another distribution's module, and ``getattr``/``hasattr``/
+    ``setattr`` with a ``"_name"`` literal, in one source file (dunders are not private)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[(alias.asname or alias.name).split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = node.module
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported \
+                    and not imported[root.id].startswith("dsv41_flags") \
+                    and (imported[root.id], node.attr) not in PUBLIC_UNDERSCORE:
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) \
+                    and name.value.startswith("_") and not name.value.startswith("__"):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_private_attribute_of_a_dependency_is_read():
+    """Only public APIs of dependencies (standard library included): a private name breaks at
+    any bump of the engine's environment."""
+    uses = [u for path in sorted(PACKAGE.rglob("*.py")) for u in _private_uses(path)]
+    uses += _private_uses(PACKAGE.parent / "dsv41_flags_plugin.py")
+    assert uses == []

@@ -502,3 +502,33 @@ def test_run_spawn_child_and_resource_tracker(demo, method):
     resolved = [e for e in events(proc.stderr) if e["event"] == "flags.resolved"]
     assert [e["role"] for e in resolved] == ["launcher", "child"]      # no resource tracker
     assert resolved[1]["pid"] == int(pid)
+
+
+@pytest.mark.parametrize("how", ["subclass", "pool"])
+def test_run_spawn_child_of_a_process_subclass_or_a_pool_activates_before_its_code(demo, how):
+    """Under ``dsv41-flags run``, a spawned child activates when its process object arrives (the
+    mark its parent put on it), whatever runs there: a Process subclass with its own ``run``, a
+    Pool worker."""
+    (demo.dir / "prog.py").write_text(textwrap.dedent(f"""
+        import multiprocessing as mp, os
+        def work(_=None):
+            import {demo.target} as m
+            return f"CHILD {{os.getpid()}} " + m.Worker().forward().replace(" ", "_")
+        class Mine(mp.get_context("spawn").Process):
+            def run(self):
+                print(work(), flush=True)
+        if __name__ == "__main__":
+            if "HOW" == "subclass":
+                p = Mine(); p.start(); p.join(60)
+            else:
+                with mp.get_context("spawn").Pool(1) as pool:
+                    print(pool.apply(work, (1,)), flush=True)
+    """).replace("HOW", how))
+    proc = subprocess.run([CLI, "run", "--", sys.executable, str(demo.dir / "prog.py")], env=demo.env,
+                          capture_output=True, text=True, timeout=120, cwd=demo.dir)
+    assert proc.returncode == 0, proc.stderr
+    _, pid, out = [l for l in proc.stdout.splitlines() if l.startswith("CHILD")][0].split()
+    assert out == "patched_n=5"
+    resolved = [e for e in events(proc.stderr) if e["event"] == "flags.resolved"]
+    assert [e["role"] for e in resolved] == ["launcher", "child"]
+    assert resolved[1]["pid"] == int(pid)

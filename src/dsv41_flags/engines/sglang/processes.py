@@ -9,8 +9,8 @@ Standard library only at import.
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import os
-import sys
 from typing import Any, Callable
 
 #: the ``entry`` field of a ``flags.error`` raised under sglang's plugin loader
@@ -43,7 +43,9 @@ def caller_context(max_depth: int = 16, frame=None) -> dict[str, Any]:
     ``{"role": "scheduler", "tp_rank": 0, "pp_rank": 0}`` (None ranks left out); ``{"role":
     "engine"}`` under ``Engine.__init__``; ``{}`` when unknown. Read before activating, so the
     first event (``flags.resolved``) already carries them."""
-    frame = frame or sys._getframe(1)
+    if frame is None:
+        here = inspect.currentframe()
+        frame = here.f_back if here is not None else None
     for _ in range(max_depth):
         if frame is None:
             break
