@@ -80,6 +80,10 @@ class Verdict:
     piece: for missing / undecided, the first piece that is (``"module sglang.srt.x"``,
       ``"Cls.meth"``, ``"Cls.meth(param)"``); "" when ok.
     closest: for missing, the closest name that does exist in the owner (difflib), or "".
+    stops_boot: for undecided, True when the live check at import would refuse it too (a source
+      that cannot be read or parsed: its import fails; a parameter only ``**kwargs`` would
+      absorb: the live check has the same rule), so a strict boot stops; False for what only the
+      live check can decide.
     """
 
     requirement: str
@@ -87,6 +91,7 @@ class Verdict:
     why: str = ""
     piece: str = ""
     closest: str = ""
+    stops_boot: bool = False
 
     @property
     def ok(self) -> bool:
@@ -103,9 +108,9 @@ class Verdict:
         return f"{self.piece or self.requirement} (undecided: {self.why})"
 
     def to_dict(self) -> dict:
-        """JSON form: requirement, verdict, why, piece, closest."""
+        """JSON form: requirement, verdict, why, piece, closest, stops_boot."""
         return {"requirement": self.requirement, "verdict": self.verdict, "why": self.why,
-                "piece": self.piece, "closest": self.closest}
+                "piece": self.piece, "closest": self.closest, "stops_boot": self.stops_boot}
 
 
 OK, MISSING, UNDECIDED = "ok", "missing", "undecided"
@@ -142,7 +147,8 @@ def param_verdict(text: str, owner: str, wanted: tuple[str, ...], params: list[s
         return Verdict(text, OK, f"{owner} has parameter(s) {', '.join(wanted)}")
     piece = f"{owner}({', '.join(absent)})"
     if var_keyword:
-        return Verdict(text, UNDECIDED, f"{', '.join(absent)} would only be absorbed by **kwargs", piece)
+        return Verdict(text, UNDECIDED, f"{', '.join(absent)} would only be absorbed by **kwargs",
+                       piece, stops_boot=True)
     close = _closest(absent[0], params)
     return Verdict(text, MISSING, f"{owner} has no parameter {', '.join(absent)}", piece,
                    f"{owner}({close})" if close else "")

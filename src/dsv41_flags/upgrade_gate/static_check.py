@@ -389,6 +389,7 @@ class _R:
     thing: Any = None
     why: str = ""
     closest: str = ""
+    stops_boot: bool = False
 
 
 @dataclass
@@ -1168,20 +1169,21 @@ class Checker:
                 return Verdict(req.text, MISSING, f"no source for module {target}", f"module {target}",
                                self._closest_module(target))
         except Unreadable as exc:
-            return Verdict(req.text, UNDECIDED, f"unverifiable: {exc}", ".".join(req.path))
+            return Verdict(req.text, UNDECIDED, f"unverifiable: {exc}", ".".join(req.path),
+                           stops_boot=True)
         thing: Any = _Mod(target)
         done: list[str] = []
         for part in req.path:
             try:
                 r = self.attr(thing, part)
             except Unreadable as exc:
-                r = _R(UNDECIDED, why=f"unverifiable: {exc}")
+                r = _R(UNDECIDED, why=f"unverifiable: {exc}", stops_boot=True)
             piece = ".".join(done + [part])
             if r.verdict == MISSING:
                 return Verdict(req.text, MISSING, r.why, piece,
                                ".".join(done + [r.closest]) if r.closest else "")
             if r.verdict == UNDECIDED:
-                return Verdict(req.text, UNDECIDED, r.why, piece)
+                return Verdict(req.text, UNDECIDED, r.why, piece, stops_boot=r.stops_boot)
             done.append(part)
             thing = r.thing
         if not req.params:
@@ -1216,7 +1218,7 @@ class Checker:
             source = None
             if not verdicts:
                 verdicts = (Verdict(feature.target, UNDECIDED, f"unverifiable: {exc}",
-                                    f"module {feature.target}"),)
+                                    f"module {feature.target}", stops_boot=True),)
         if source is None and not verdicts:
             verdicts = (Verdict(feature.target, MISSING, f"no source for module {feature.target}",
                                 f"module {feature.target}", self._closest_module(feature.target)),)
@@ -1460,7 +1462,6 @@ class StaticResult:
 
 
 #: the end of ``drift.param_verdict``'s reason for a parameter only ``**kwargs`` would absorb
-_ABSORBED = "would only be absorbed by **kwargs"
 
 
 def stops_a_boot(verdict: dict | Verdict) -> bool:
@@ -1470,10 +1471,7 @@ def stops_a_boot(verdict: dict | Verdict) -> bool:
     live check has the same rule, and its ``undecided`` stops a strict boot). Any other
     ``undecided`` verdict is one only the live check can decide: it never counts as drift."""
     v = verdict if isinstance(verdict, dict) else verdict.to_dict()
-    if v["verdict"] == MISSING:
-        return True
-    return v["verdict"] == UNDECIDED and (v["why"].startswith("unverifiable:") or
-                                          v["why"].endswith(_ABSORBED))
+    return v["verdict"] == MISSING or (v["verdict"] == UNDECIDED and bool(v.get("stops_boot")))
 
 
 def check_feature(feature: Feature, checker: Checker | None = None) -> StaticResult:
