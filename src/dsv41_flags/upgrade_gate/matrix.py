@@ -29,7 +29,9 @@ from dsv41_flags.upgrade_gate.static_check import Checker
 
 def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     """The gate's cell for ``feature`` on ``release``: ``{"release", "version", "state",
-    "detail", "missing", "verdicts"}`` (verdicts: one per requires entry, see ``Verdict``).
+    "detail", "missing", "undecided", "verdicts"}``. ``missing`` and ``undecided`` are the lists
+    of a ``status`` row (``status.feature_record``): the drift found (with the closest name) and
+    what the static check could not decide; verdicts: one per requires entry (``Verdict``).
     ``checker`` reads ``release.view`` (None when the release is unreadable). Never raises: a
     failure of the check itself is an ``unreadable`` cell naming it."""
     try:
@@ -37,12 +39,12 @@ def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
         return {"release": release.label, "version": release.version, "state": "unreadable",
                 "detail": f"the check failed: {type(exc).__name__}: {exc}", "missing": [],
-                "verdicts": []}
+                "undecided": [], "verdicts": []}
 
 
 def _cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     out = {"release": release.label, "version": release.version, "state": "", "detail": "",
-           "missing": [], "verdicts": []}
+           "missing": [], "undecided": [], "verdicts": []}
     if release.error or checker is None:
         return {**out, "state": "unreadable", "detail": release.error or "no source"}
     if not feature.engine:
@@ -76,9 +78,11 @@ def _cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     range_note = "" if in_range else (f"version unknown, range {feature.engine}" if version is None
                                       else f"{release.version} is outside {feature.engine}")
     if missing or undecided:
-        out["missing"] = list(dict.fromkeys(v.describe(closest=True) for v in missing + undecided))
+        out["missing"] = list(dict.fromkeys(v.describe(closest=True) for v in missing))
+        out["undecided"] = list(dict.fromkeys(v.describe() for v in undecided))
         state = "drifted" if missing else "undecided"
-        detail = ("missing: " if missing else "") + "; ".join(out["missing"])
+        detail = "; ".join(([f"missing: {'; '.join(out['missing'])}"] if missing else [])
+                           + out["undecided"])
         return {**out, "state": state, "detail": detail + (f" ({range_note})" if range_note else "")}
     if not in_range:
         return {**out, "state": "out-of-range", "detail": f"{range_note}; structure ok"}
