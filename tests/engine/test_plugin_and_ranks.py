@@ -18,7 +18,6 @@ def _plugin_child(q, env):
     try:
         os.environ.update(env)
         from sglang.srt.plugins import load_plugins
-        from sglang.srt.plugins.hook_registry import HookRegistry
 
         load_plugins()                         # sglang's own loader -> our entry point
         import dsv41_flags
@@ -27,7 +26,7 @@ def _plugin_child(q, env):
         rt = dsv41_flags.current_runtime()
         q.put({"ok": True, "states": {s.name: s.state for s in rt.states()},
                "wrapped": getattr(dv.TargetVerifyExecutor.accept_and_finalize, "__module__", ""),
-               "guard": any("initialize_model_parallel" in t for t in HookRegistry._hooks),
+               "guard": rt.guard_registered,  # HookRegistry.register accepted the rank guard
                "role": rt.context.fields.get("role"),
                "live_rpc": rt.live.transport.get("armed"),
                "folded_gate": rt.live.gates["folded_fence"].on})
