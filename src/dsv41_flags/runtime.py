@@ -119,6 +119,10 @@ class Runtime:
         #: directly, the test kit): the error is raised from the import statement
         self.on_import_failure: Callable[[BaseException, str], None] | None = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
+        #: called with each new FeatureState once it is recorded (an install, a failure, a switch,
+        #: at any time after arming): an engine adapter's gauges follow late installs. A listener
+        #: that raises is reported (``flags.listener_failed``) and never stops the change.
+        self.state_listeners: list[Callable[[FeatureState], None]] = []
         self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
 
     # ------------------------------------------------------------------ the launch
@@ -215,6 +219,12 @@ class Runtime:
         st = FeatureState(feature.name, State(state), self.value(feature), self.source(feature),
                           feature.target, live=feature.live, **kw)
         self._states[feature.name] = st
+        for listener in self.state_listeners:
+            try:
+                listener(st)
+            except Exception as exc:  # noqa: BLE001 - an observer never changes the outcome
+                self.log.warning("flags.listener_failed", feature=feature.name,
+                                 error=f"{type(exc).__name__}: {exc}")
         return st
 
     def gate(self, feature: Feature) -> tuple[State, str]:

@@ -241,3 +241,18 @@ def test_feature_modules_not_imported_as_top_level_features(make_runtime):
     make_runtime(None)
     assert "features" not in sys.modules or not hasattr(sys.modules["features"], "FEATURE")
     assert "dsv41_flags_features.folded_fence" in sys.modules
+
+
+def test_state_listeners_see_every_change_and_one_that_raises_changes_nothing(demo, dsv41_flags_runtime):
+    demo.feature("wrap_step", WRAP)
+    kit = dsv41_flags_runtime
+    rt = kit.activate({"wrap_step": True}, features_dir=demo.dir)
+    seen = []
+    rt.state_listeners.append(lambda st: seen.append((st.name, st.state)))
+    rt.state_listeners.append(lambda st: 1 / 0)
+    mod = __import__(demo.name)                       # installed after the listeners came
+    assert ("wrap_step", "installed") in seen
+    assert mod.Engine().step()[0] == "wrapped"
+    assert {s.name: s.state for s in rt.states()}["wrap_step"] == "installed"
+    failed = [e for e in kit.events("flags.listener_failed") if e["feature"] == "wrap_step"]
+    assert failed and "ZeroDivisionError" in failed[0]["error"]

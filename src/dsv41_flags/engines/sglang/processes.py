@@ -137,8 +137,10 @@ SERVING_TARGET = "sglang.srt.managers.scheduler.Scheduler.run_event_loop"
 def on_serving(rt) -> bool:
     """Emit ``flags.serving`` (``serving_report`` fields) once, when this scheduler starts its
     event loop: a BEFORE hook on ``SERVING_TARGET`` through sglang's HookRegistry (applied by
-    ``load_plugins()`` right after the plugins ran). Returns False when sglang's plugin system is
-    not importable or the hook is registered already."""
+    ``load_plugins()`` right after the plugins ran). From then on the metrics gauges follow every
+    state change (``Runtime.state_listeners``: a target imported while serving installs and
+    shows at once). Returns False when sglang's plugin system is not importable or the hook is
+    registered already."""
     if rt.live.transport.get("serving_hook"):
         return False
     try:
@@ -155,6 +157,7 @@ def on_serving(rt) -> bool:
 
             rt.log.info("flags.serving", **serving_report(rt))
             update_safely(rt)
+            rt.state_listeners.append(lambda st: update_safely(rt))  # late installs too
         return None
 
     HookRegistry.register(SERVING_TARGET, before, HookType.BEFORE)
