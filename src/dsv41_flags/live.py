@@ -24,8 +24,8 @@ from typing import Any, Callable, NamedTuple
 
 from dsv41_flags.errors import NotLiveError, SwitchError
 from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
-from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, async_generator_wrapper,
-                                  copy_identity, generator_wrapper, kind_mismatch, kind_of)
+from dsv41_flags.wrappers import (COROUTINE, FUNCTION, as_declared, call_kind, copy_identity,
+                                  iterating_wrapper, kind_mismatch)
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
@@ -117,7 +117,7 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
         if not callable(patched):
             raise SwitchError(f"live feature {gate.feature!r}: the replacement for {what} is not "
                               f"callable")
-        kind = kind_of(original)
+        kind = call_kind(original)
         mismatch = kind_mismatch(kind, patched)
         if mismatch:
             raise SwitchError(f"live feature {gate.feature!r}: {what}: {mismatch}")
@@ -160,9 +160,9 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
                 chosen = patched if on else original
                 return (lambda: chosen(*args, **kwargs)), _Pinned(pin, on)
 
-            bypass = (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
+            bypass = iterating_wrapper(kind, prepare)
 
-        copy_identity(bypass, patched, original)
+        bypass = copy_identity(as_declared(bypass, original), patched, original)
         bypass.__dsv41_gate__ = gate
         return bypass
 

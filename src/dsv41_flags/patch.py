@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from dsv41_flags.live import gated
-from dsv41_flags.wrappers import (COROUTINE, FUNCTION, GENERATOR, PLAIN, FallBack,
-                                  async_generator_wrapper, generator_wrapper, kind_mismatch, kind_of)
+from dsv41_flags.wrappers import (COROUTINE, FUNCTION, PLAIN, FallBack, as_declared, call_kind,
+                                  iterating_wrapper, kind_mismatch)
 
 _MISSING = object()
 #: attribute set on each replacement: ``(feature, original, had_own)``
@@ -38,10 +38,17 @@ class PatchRecord:
 
 
 def _static_get(owner: Any, attr: str) -> Any:
-    """The attribute as stored (a raw descriptor for classes), or _MISSING."""
+    """The attribute as stored, or _MISSING: for a class, the raw descriptor of the first class
+    of its MRO that defines it (an inherited ``classmethod`` / ``staticmethod`` / ``property``
+    is found as such, not bound through the subclass); for anything else, its own ``__dict__``
+    entry or ``getattr``."""
     d = getattr(owner, "__dict__", {})
     if attr in d:
         return d[attr]
+    if isinstance(owner, type):
+        for klass in owner.__mro__[1:]:
+            if attr in vars(klass):
+                return vars(klass)[attr]
     return getattr(owner, attr, _MISSING)
 
 
@@ -228,7 +235,7 @@ class InstallContext:
         function may stand for any kind)."""
         name, step = self.feature.name, step or getattr(fn, "__name__", "step")
         events = self.report if self.report is not None else self.log
-        kind = kind_of(fn if fallback is None else fallback)
+        kind = call_kind(fn if fallback is None else fallback)
         mismatch = kind_mismatch(kind, fn)
         if mismatch:
             raise TypeError(f"feature {name!r}: {step}: {mismatch}")
@@ -267,8 +274,8 @@ class InstallContext:
                         else (lambda: fallback(*args, **kwargs)))
                 return (lambda: fn(*args, **kwargs)), _GuardedSteps(report, fell_back, rest)
 
-            call = (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
-        return functools.update_wrapper(call, fn)
+            call = iterating_wrapper(kind, prepare)
+        return as_declared(functools.update_wrapper(call, fn), fn if fallback is None else fallback)
 
 
 class _GuardedSteps:
@@ -337,7 +344,7 @@ def _engine_code(original: Callable) -> Callable:
     through)."""
     if not callable(original):
         return original
-    kind = kind_of(original)
+    kind = call_kind(original)
     if kind == FUNCTION:
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -358,5 +365,5 @@ def _engine_code(original: Callable) -> Callable:
         def prepare(args: tuple, kwargs: dict):
             return (lambda: original(*args, **kwargs)), steps
 
-        call = (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
-    return functools.update_wrapper(call, original)
+        call = iterating_wrapper(kind, prepare)
+    return as_declared(functools.update_wrapper(call, original), original)

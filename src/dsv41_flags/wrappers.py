@@ -27,6 +27,7 @@ plain wrappers of the right kind and ``__wrapped__`` instead.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -50,11 +51,45 @@ def kind_of(fn: Any) -> str:
     return FUNCTION
 
 
+def call_kind(fn: Any) -> str:
+    """The kind of what a call of ``fn`` returns: ``kind_of(fn)``, except for a callable object
+    (an instance whose class defines ``__call__``, also under ``functools.partial``), which
+    ``inspect`` reports as a plain function whatever its ``__call__`` is: then the kind of that
+    ``__call__`` (an ``async def __call__`` returns a coroutine)."""
+    kind = kind_of(fn)
+    if kind != FUNCTION:
+        return kind
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if isinstance(target, (classmethod, staticmethod)):
+        target = target.__func__
+    if (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isbuiltin(target)
+            or inspect.isclass(target) or not callable(target)):
+        return FUNCTION
+    return kind_of(getattr(type(target), "__call__", None))
+
+
+def as_declared(wrapper: Callable, original: Any) -> Callable:
+    """``wrapper`` (built for ``call_kind(original)``) as ``inspect`` sees ``original``: when
+    ``inspect`` reports ``original`` as a plain function although its calls return a coroutine or
+    a generator (a callable object), a plain ``def`` returning ``wrapper``'s call (so
+    ``inspect.iscoroutinefunction`` & co. answer as for the original, and the awaited or
+    iterated result is still ``wrapper``'s); else ``wrapper`` itself."""
+    if kind_of(original) != FUNCTION or kind_of(wrapper) == FUNCTION:
+        return wrapper
+
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        return wrapper(*args, **kwargs)
+
+    return functools.update_wrapper(plain, wrapper)
+
+
 def kind_mismatch(kind: str, replacement: Any) -> str:
-    """Why ``replacement`` cannot stand for a function of ``kind``, or "" when it can: it is of
-    the same kind, or a plain function (which then returns what a call of ``kind`` returns: an
-    awaitable, an iterable, an async iterable)."""
-    own = kind_of(replacement)
+    """Why ``replacement`` cannot stand for a function of ``kind``, or "" when it can: its calls
+    return the same kind (``call_kind``), or it is a plain function (which then returns what a
+    call of ``kind`` returns: an awaitable, an iterable, an async iterable)."""
+    own = call_kind(replacement)
     if own in (kind, FUNCTION):
         return ""
     return (f"the replacement is a {own} but the original is a {kind}: callers would get "
@@ -156,6 +191,12 @@ def generator_wrapper(prepare: Prepare) -> Callable:
         return (yield from delegate(start, step))
 
     return wrapper
+
+
+def iterating_wrapper(kind: str, prepare: Prepare) -> Callable:
+    """``generator_wrapper(prepare)`` for ``GENERATOR``, ``async_generator_wrapper(prepare)`` for
+    ``ASYNC_GENERATOR``."""
+    return (generator_wrapper if kind == GENERATOR else async_generator_wrapper)(prepare)
 
 
 def async_generator_wrapper(prepare: Prepare) -> Callable:

@@ -471,3 +471,182 @@ def test_a_call_that_starts_after_a_switch_sees_the_new_state_in_every_patch(pai
         rt.switch("pair", value, requested_by="t")
         expect = ("a-new", "b-new") if value else ("a-orig", "b-orig")
         assert obj.a() == expect and asyncio.run(obj.ca()) == expect and tuple(obj.ga()) == expect
+
+
+# -- inherited descriptors: the subclass's attribute keeps the kind of the base's ---------------
+
+def _base_and_sub():
+    class Base:
+        @classmethod
+        def c(cls, x):
+            return [cls.__name__, x]
+
+        @staticmethod
+        def s(x):
+            return ["s", x]
+
+        @property
+        def p(self):
+            return "p"
+
+        def m(self, x):
+            return [type(self).__name__, x]
+
+    class Sub(Base):
+        pass
+
+    return Base, Sub
+
+
+@pytest.mark.parametrize("attr,call,before,after", [
+    ("c", lambda k: k.c("x"), ["Sub", "x"], ["new", "Sub", "x"]),
+    ("s", lambda k: k.s("x"), ["s", "x"], ["new", "s", "x"]),
+    ("m", lambda k: k().m("x"), ["Sub", "x"], ["new", "Sub", "x"]),
+], ids=["classmethod", "staticmethod", "method"])
+def test_patching_an_inherited_attribute_on_a_subclass_keeps_its_kind_and_uninstall_leaves_nothing(attr, call, before, after):
+    from dsv41_flags.patch import Ledger
+    Base, Sub = _base_and_sub()
+    ledger = Ledger()
+
+    def make(original):
+        def replacement(*args, **kwargs):
+            return ["new"] + original(*args, **kwargs)
+        return replacement
+
+    ledger.patch("inherit", Sub, attr, make)
+    assert type(vars(Sub)[attr]) is type(vars(Base)[attr])
+    assert call(Sub) == after
+    assert vars(Base)[attr] is not vars(Sub)[attr] and call(Base) != after   # the base is untouched
+    instance_call = {"c": lambda: Sub().c("x"), "s": lambda: Sub().s("x"), "m": lambda: Sub().m("x")}[attr]
+    assert instance_call() == after
+    ledger.uninstall("inherit")
+    assert attr not in vars(Sub)
+    assert call(Sub) == before
+
+
+def test_patching_an_inherited_property_on_a_subclass_keeps_a_property():
+    from dsv41_flags.patch import Ledger
+    Base, Sub = _base_and_sub()
+    ledger = Ledger()
+    ledger.patch("inherit", Sub, "p", lambda original: property(lambda self: "new " + original.fget(self)))
+    assert isinstance(vars(Sub)["p"], property) and Sub().p == "new p" and Base().p == "p"
+    ledger.uninstall("inherit")
+    assert "p" not in vars(Sub) and Sub().p == "p"
+
+
+@pytest.mark.parametrize("guard,live", [(True, False), (False, True), (True, True)],
+                         ids=["guarded", "live", "guarded-live"])
+def test_a_feature_patching_an_inherited_classmethod_keeps_it_a_classmethod(guard, live):
+    from dsv41_flags.live import Gate
+    from dsv41_flags.patch import InstallContext, Ledger
+    Base, Sub = _base_and_sub()
+
+    class Declared:
+        name = "inherit"
+
+    ctx = InstallContext(Declared(), {}, None, _Log(), Ledger(), gate=Gate("inherit", True) if live else None)
+    ctx.patch(Sub, "c", lambda original: (lambda cls, x: ["new"] + original(cls, x)), guard=guard)
+    assert isinstance(vars(Sub)["c"], classmethod)
+    assert Sub.c("x") == ["new", "Sub", "x"] and Base.c("x") == ["Base", "x"]
+    ctx.ledger.uninstall("inherit")
+    assert "c" not in vars(Sub) and Sub.c("x") == ["Sub", "x"]
+
+
+# -- callable objects: the wrapper keeps what inspect says and guards what the call returns -----
+
+class _Log:
+    def __init__(self):
+        self.events = []
+
+    def error(self, event, **fields):
+        self.events.append((event, fields))
+
+    info = warning = debug = error
+
+
+class _AsyncCall:
+    def __init__(self, fail=False):
+        self.fail = fail
+
+    async def __call__(self, x):
+        await asyncio.sleep(0)
+        if self.fail:
+            raise ValueError("feature bug")
+        return ["orig", x]
+
+
+class _GenCall:
+    def __init__(self, fail=False):
+        self.fail = fail
+
+    def __call__(self, x):
+        if self.fail:
+            raise ValueError("feature bug")
+        yield "orig"
+        yield x
+
+
+class _AsyncGenCall:
+    def __init__(self, fail=False):
+        self.fail = fail
+
+    async def __call__(self, x):
+        if self.fail:
+            raise ValueError("feature bug")
+        yield "orig"
+        yield x
+
+
+async def _async_fn(prefix, x):
+    await asyncio.sleep(0)
+    if prefix == "boom":
+        raise ValueError("feature bug")
+    return [prefix, x]
+
+
+def _partial_async(fail=False):
+    import functools
+    return functools.partial(_async_fn, "boom" if fail else "orig")
+
+
+CALLABLE_OBJECTS = {"async __call__": (_AsyncCall, (["orig", "x"], None)),
+                    "generator __call__": (_GenCall, (None, ["orig", "x"])),
+                    "async generator __call__": (_AsyncGenCall, (None, ["orig", "x"])),
+                    "partial of async def": (_partial_async, (["orig", "x"], None))}
+
+
+@pytest.mark.parametrize("name", list(CALLABLE_OBJECTS))
+def test_a_guard_around_a_callable_object_keeps_its_kind_and_falls_back_when_awaited_or_iterated(name):
+    from dsv41_flags.patch import InstallContext, Ledger
+    make, result = CALLABLE_OBJECTS[name]
+    log = _Log()
+
+    class Declared:
+        name = "callables"
+
+    ctx = InstallContext(Declared(), {}, None, log, Ledger())
+    original = make()
+    guarded = ctx.guard(make(fail=True), original, step="call")
+    assert [check(guarded) for check in KIND_CHECKS] == [check(original) for check in KIND_CHECKS]
+    assert log.events == []                                      # nothing ran at the call yet
+    assert run(guarded, "x") == result                           # the original's result
+    assert [e for e, _ in log.events] == ["callables.error"]
+    assert log.events[0][1]["cause"] == "ValueError: feature bug"
+
+
+@pytest.mark.parametrize("name", list(CALLABLE_OBJECTS))
+@pytest.mark.parametrize("on", [True, False], ids=["on", "bypassed"])
+def test_a_live_bypass_around_a_callable_object_keeps_its_kind(name, on):
+    from dsv41_flags.live import Gate, gated
+    make, result = CALLABLE_OBJECTS[name]
+    original = make()
+    bypass = gated(lambda o: o, Gate("callables", on))(original)
+    assert [check(bypass) for check in KIND_CHECKS] == [check(original) for check in KIND_CHECKS]
+    assert run(bypass, "x") == result
+
+
+def test_a_replacement_whose_calls_return_a_coroutine_cannot_stand_for_a_plain_function():
+    from dsv41_flags.wrappers import COROUTINE, FUNCTION, call_kind, kind_mismatch
+    assert call_kind(_AsyncCall()) == COROUTINE
+    assert "coroutine" in kind_mismatch(FUNCTION, _AsyncCall())
+    assert kind_mismatch(COROUTINE, _AsyncCall()) == ""
