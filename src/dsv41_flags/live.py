@@ -22,7 +22,7 @@ import datetime
 import threading
 from typing import Any, Callable, NamedTuple
 
-from dsv41_flags.errors import NotLiveError, SwitchError
+from dsv41_flags.errors import NotLiveError, SwitchError, quoted
 from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
 from dsv41_flags.wrappers import (COROUTINE, FUNCTION, as_declared, call_kind, copy_identity,
                                   iterating_wrapper, kind_mismatch)
@@ -110,17 +110,17 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
     def make_gated(original):
         what = where or "the patched attribute"
         if not callable(original):
-            raise SwitchError(f"live feature {gate.feature!r}: {what} is not callable "
+            raise SwitchError(f"live feature {quoted(gate.feature)}: {what} is not callable "
                               f"({type(original).__name__}); a live feature may only patch "
                               f"functions and methods (declare it without live=True)")
         patched = make(original)
         if not callable(patched):
-            raise SwitchError(f"live feature {gate.feature!r}: the replacement for {what} is not "
+            raise SwitchError(f"live feature {quoted(gate.feature)}: the replacement for {what} is not "
                               f"callable")
         kind = call_kind(original)
         mismatch = kind_mismatch(kind, patched)
         if mismatch:
-            raise SwitchError(f"live feature {gate.feature!r}: {what}: {mismatch}")
+            raise SwitchError(f"live feature {quoted(gate.feature)}: {what}: {mismatch}")
         pin = gate.pin
         gate.add(where or f"{type(original).__name__} at {id(original):#x}")
 
@@ -248,7 +248,7 @@ class Switchboard:
                 generation = self.generation + 1
             elif isinstance(generation, bool) or not isinstance(generation, int) \
                     or generation <= self.generation:
-                raise SwitchError(f"switch {feature}: generation {generation!r} is not an integer "
+                raise SwitchError(f"switch {feature}: generation {quoted(generation)} is not an integer "
                                   f"above this process's generation {self.generation}")
             toggle = Toggle(feature, gate.on, bool(new), generation, requested_by, step, _now(),
                             request_id)
@@ -336,7 +336,7 @@ def check_declared(features: dict, name: Any, value: Any):
     new = parse_value(feature.name, value)
     if not feature.live:
         raise NotLiveError(
-            f"feature {feature.name!r} is not live-safe (declared without live=True: it acts at boot "
+            f"feature {quoted(feature.name)} is not live-safe (declared without live=True: it acts at boot "
             f"or cannot change between two calls), so it cannot be switched while serving; set "
             f"{feature.flag} = {str(new).lower()} in settings.toml or {feature.env_var}="
             f"{int(new)} and relaunch")
@@ -349,7 +349,7 @@ def parse_assignment(text: str) -> tuple[str, str]:
     when there is no ``=``."""
     name, sep, value = text.partition("=")
     if not sep or not name.strip():
-        raise SwitchError(f"{text!r} is not NAME=VALUE (for example folded_fence=on)")
+        raise SwitchError(f"{quoted(text)} is not NAME=VALUE (for example folded_fence=on)")
     return feature_name(name), value.strip()
 
 

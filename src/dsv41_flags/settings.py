@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from dsv41_flags.declare import Feature
 from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
-from dsv41_flags.errors import Problem, SettingsError
+from dsv41_flags.errors import Problem, SettingsError, excerpt, quoted
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
 from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
@@ -104,7 +104,7 @@ def _check_content(data: Mapping[str, Any], path: Path, problem) -> list[Problem
         if _dynaconf_key(key):
             continue  # reported by _dynaconf_specials
         if not isinstance(value, dict):
-            problems += problem(f"sets {key!r} outside any section: put it under [default] or a "
+            problems += problem(f"sets {quoted(key)} outside any section: put it under [default] or a "
                                 f"[profile] section")
         elif key.lower() in ("global", "dynaconf"):
             problems += problem(f"has a [{key}] section, which Dynaconf treats specially: use "
@@ -157,7 +157,7 @@ def _dynaconf_specials(data: Mapping[str, Any], path: Path) -> list[Problem]:
     def refuse(section: str, key: str, value: Any, what: str) -> None:
         origin = f"{path} [{section}]" if section else str(path)
         problems.append(Problem(key.upper(), origin,
-                                f"{origin}: {key} = {value!r} is {what}: refused; {_DYNACONF_ACCEPTED}"))
+                                f"{origin}: {key} = {quoted(value)} is {what}: refused; {_DYNACONF_ACCEPTED}"))
 
     def walk(value: Any, section: str, where: str) -> None:
         if isinstance(value, dict):
@@ -199,7 +199,7 @@ def _case_collisions(table: Mapping, where: str = "") -> list[tuple[str, list[st
         groups.setdefault(key.lower(), []).append(key)
     for lower, keys in groups.items():
         if len(keys) > 1:
-            out.append((f"the key {lower!r} in [{where}]" if where else f"the section [{lower}]", keys))
+            out.append((f"the key {quoted(lower)} in [{where}]" if where else f"the section [{lower}]", keys))
     for key, value in table.items():
         if isinstance(value, dict):
             out += _case_collisions(value, f"{where}.{key}" if where else key)
@@ -288,7 +288,7 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     if profile not in profiles:
         raise SettingsError([Problem(
             PROFILE_VAR, origin,
-            f"profile {profile!r} (from {origin}) is not in the settings files "
+            f"profile {quoted(profile)} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
     try:
         settings = _dynaconf(profile, files)
@@ -421,14 +421,14 @@ def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
     return value, source, ok and not bad
 
 
-def _short(raw: Any, limit: int = 200) -> str:
-    """``repr(raw)``, cut to ``limit`` characters (a 5000-digit value is named, not printed)."""
-    return _cut(repr(raw), limit)
+def _short(raw: Any) -> str:
+    """``repr(raw)``, bounded (``errors.quoted``: a 5000-digit value is named, not printed)."""
+    return quoted(raw)
 
 
-def _cut(text: str, limit: int = 200) -> str:
-    """``text``, cut to ``limit`` characters."""
-    return text if len(text) <= limit else f"{text[:limit - 30]}... ({len(text)} characters)"
+def _cut(text: str) -> str:
+    """``text``, bounded (``errors.excerpt``)."""
+    return excerpt(text)
 
 
 def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
@@ -554,7 +554,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
             if option is None:
                 what, caster = f"flag {key} (feature {feature.name})", cast_bool
             else:
-                what = f"option {key} ({option.kind} option {option.name!r} of feature {feature.name})"
+                what = f"option {key} ({option.kind} option {quoted(option.name)} of feature {feature.name})"
                 caster = option.cast
             value, source, ok = _cast_chain(key, what, chain, caster, problems,
                                             "bool" if option is None else option.kind)
@@ -593,7 +593,7 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
         origin = f"{entry['identifier']} [{entry['env']}]"
         table = entry.get("value")
         if not isinstance(table, dict):
-            problems.append(Problem("FINGERPRINT", origin, f"{origin}: fingerprint = {table!r} must be "
+            problems.append(Problem("FINGERPRINT", origin, f"{origin}: fingerprint = {quoted(table)} must be "
                                     f"a table with {', '.join(FINGERPRINT_DEFAULTS)}"))
             ok = False
             continue
@@ -606,7 +606,7 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
                                         "error" if strict else "warning"))
             elif not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
                 problems.append(Problem(f"FINGERPRINT.{name}", origin, f"{origin}: fingerprint.{name} = "
-                                        f"{value!r} is not {accepted}"))
+                                        f"{quoted(value)} is not {accepted}"))
                 ok = False
             else:
                 for item in value:
@@ -636,7 +636,7 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                 # DSV41_DYNACONF_INCLUDE would make Dynaconf load a file never listed as loaded:
                 # an error whatever the strict mode
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}="
-                                        f"{environ[name]!r} is {special}: refused; {_DYNACONF_ACCEPTED}"))
+                                        f"{quoted(environ[name])} is {special}: refused; {_DYNACONF_ACCEPTED}"))
             elif key == "FINGERPRINT":
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}: the "
                                         f"fingerprint table cannot be set through a variable (set "
@@ -666,7 +666,7 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
             if (origin, upper) in seen:
                 continue
             seen.add((origin, upper))
-            problems.append(Problem(upper, origin, f"{origin}: key {key.lower()!r} matches no flag, "
+            problems.append(Problem(upper, origin, f"{origin}: key {quoted(key.lower())} matches no flag, "
                                     f"option or reserved name"
                                     f"{suggest(key.lower(), sorted(k.lower() for k in known))}{tail}",
                                     severity))

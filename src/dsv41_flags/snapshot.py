@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, feature_entry_points
-from dsv41_flags.errors import Problem, SnapshotError
+from dsv41_flags.errors import Problem, SnapshotError, quoted
 from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
 from dsv41_flags.names import RESERVED_TYPES, SNAPSHOT_VAR
@@ -130,12 +130,12 @@ def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
     where = f"snapshot value {key}={_short(entry['value'])}"
     keys = feature.keys()
     if key not in keys:
-        raise _fail(f"{where}: feature {feature.name!r} owns no key {key}")
+        raise _fail(f"{where}: feature {quoted(feature.name)} owns no key {key}")
     option = keys[key]
     if entry["feature"] != feature.name or entry["option"] != (option.name if option else None):
-        raise _fail(f"{where}: labelled feature={entry['feature']!r} option={entry['option']!r}, but "
-                    f"the key belongs to feature {feature.name!r}"
-                    + (f" option {option.name!r}" if option else " (its flag)"))
+        raise _fail(f"{where}: labelled feature={quoted(entry['feature'])} option={quoted(entry['option'])}, but "
+                    f"the key belongs to feature {quoted(feature.name)}"
+                    + (f" option {quoted(option.name)}" if option else " (its flag)"))
     try:
         value = cast_bool(entry["value"]) if option is None else option.cast(entry["value"])
     except CastError as exc:
@@ -261,7 +261,7 @@ def _text(raw: str) -> str:
         return raw
     m = re.match(_SPILL, raw, re.S)
     if not m:
-        raise _fail(f"{raw[:120]!r} is not 'file:<absolute path>#sha256=<64 hex>'")
+        raise _fail(f"{quoted(raw)} is not 'file:<absolute path>#sha256=<64 hex>'")
     path = m["path"]
 
     def private(st: os.stat_result) -> None:
@@ -302,8 +302,7 @@ def _names(kinds) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return quoted(value, 80)
 
 
 def _strs(value: Any, where: str) -> list[str]:
@@ -326,7 +325,7 @@ def _pairs(value: Any, where: str, second=None) -> list[tuple[str, str]]:
         if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise _fail(f"{where} item {_short(item)} is not a [string, string] pair")
         if second is not None and not second(item[1]):
-            raise _fail(f"{where} item {_short(item)}: {item[1]!r} is not a sha256 (64 lower-case hex)")
+            raise _fail(f"{where} item {_short(item)}: {quoted(item[1])} is not a sha256 (64 lower-case hex)")
         out.append((item[0], item[1]))
     return out
 
@@ -360,7 +359,7 @@ def decode(raw: str) -> dict:
     _pairs(_need(data, "entry_points", list, "snapshot"), "snapshot.entry_points")
     declarations = _need(data, "declarations", dict, "snapshot")
     for name, declared in declarations.items():
-        _str_map(declared, f"snapshot.declarations[{name!r}]")
+        _str_map(declared, f"snapshot.declarations[{quoted(name)}]")
     fp = _need(data, "fingerprint", dict, "snapshot")
     digest = _need(fp, "digest", str, "snapshot.fingerprint")
     if not is_sha256(digest):
@@ -387,7 +386,7 @@ def decode(raw: str) -> dict:
     _need(res, "reserved", dict, "snapshot.resolution")
     values = _need(res, "values", dict, "snapshot.resolution")
     for key, entry in values.items():
-        where = f"snapshot.resolution.values[{key!r}]"
+        where = f"snapshot.resolution.values[{quoted(key)}]"
         _need(entry, "key", str, where)
         _need(entry, "feature", str, where)
         _need(entry, "option", (str, type(None)), where)
@@ -398,7 +397,7 @@ def decode(raw: str) -> dict:
         if not all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) for c in chain):
             raise _fail(f"{where}.chain is not a list of [source, value] pairs")
         if entry["key"] != key:
-            raise _fail(f"{where}.key = {entry['key']!r} differs from its place {key!r}")
+            raise _fail(f"{where}.key = {quoted(entry['key'])} differs from its place {quoted(key)}")
     return data
 
 
@@ -515,15 +514,15 @@ def _same_declarations(features: Sequence[Feature], recorded: Mapping[str, Mappi
     hint = ("a declaration must depend only on its file's bytes (not on the environment, the time, "
             "the process or a random number): fix the feature, then relaunch")
     for name in sorted(set(here) - set(recorded)):
-        raise _fail(f"feature {name!r} ({where[name]}) is declared here but not by the launch "
+        raise _fail(f"feature {quoted(name)} ({where[name]}) is declared here but not by the launch "
                     f"(the launch declared {', '.join(map(repr, sorted(recorded))) or 'none'})", hint)
     for name in sorted(set(recorded) - set(here)):
-        raise _fail(f"feature {name!r} of the launch is not declared here", hint)
+        raise _fail(f"feature {quoted(name)} of the launch is not declared here", hint)
     for name, feature in sorted(here.items()):
         mine, theirs = declaration_of(feature), recorded[name]
         differ = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
         if differ:
-            raise _fail(f"feature {name!r} ({where[name]}) declares something else here than in the "
+            raise _fail(f"feature {quoted(name)} ({where[name]}) declares something else here than in the "
                         "launch: " + "; ".join(f"{k} = {_clip(mine.get(k, '(none)'))} here, "
                                                f"{_clip(theirs.get(k, '(none)'))} in the launch"
                                                for k in differ), hint)

@@ -74,3 +74,34 @@ def test_a_bad_flag_value_is_exit_2_through_the_runner():
 
     r = CliRunner().invoke(app, ["status", "--no-such-option"])
     assert r.exit_code == 2 and "No such option" in r.output
+
+
+USAGE_ERRORS = [
+    (["status", "--json", "--bogus"], "--bogus", "No such option: --bogus"),
+    (["set", "--json"], "assignment", "Missing argument"),
+    (["check", "--json", "--engine"], "--engine", "requires an argument"),
+    (["status", "--json", "--url", "http://127.0.0.1:9", "--timeout", "abc"], "--timeout", "abc"),
+    (["nosuch", "--json"], "", "No such command 'nosuch'"),
+] + [(["status", "--json", "--url", "http://127.0.0.1:9", "--timeout", t], "--timeout",
+      f"{t} is not a number of seconds in (0, 3600]") for t in ("0", "-1", "nan", "inf", "3601")]
+
+
+@pytest.mark.parametrize("args,key,message", USAGE_ERRORS, ids=[" ".join(a[:1] + a[-2:]) for a, _, _ in USAGE_ERRORS])
+def test_a_usage_error_under_json_is_one_json_object_with_exit_2(args, key, message):
+    import json
+    from typer.testing import CliRunner
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    answer = json.loads(r.stdout)
+    assert answer["ok"] is False and len(answer["problems"]) == 1
+    problem = answer["problems"][0]
+    assert problem["key"] == key and problem["origin"] == "command line"
+    assert message in problem["message"] or (t := args[-1]) in problem["message"]
+
+
+@pytest.mark.parametrize("args", [a for a, _, _ in USAGE_ERRORS], ids=[" ".join(a[:1] + a[-2:]) for a, _, _ in USAGE_ERRORS])
+def test_a_usage_error_without_json_is_text_on_stderr_with_exit_2(args):
+    from typer.testing import CliRunner
+    r = CliRunner().invoke(app, [a for a in args if a != "--json"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "Error:" in r.stderr

@@ -15,9 +15,10 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperArgument, TyperGroup
 
-from dsv41_flags.cli.output import console, err, out, safe
+from dsv41_flags.cli.output import (STREAM_ERRNOS, console, err, finish_streams, mend_streams, out,
+                                    safe)
 from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
-from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
+from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError, quoted
 from dsv41_flags.names import RESERVED, suggest
 from dsv41_flags.fingerprint import (MASK, compute, is_secret, masked_argv, prefix_sources,
                                      secret_names)
@@ -45,6 +46,55 @@ class _PlainGroup(TyperGroup):
                 param.get_usage_pieces = (lambda ctx=None, plain=plain, p=param:
                                           [plain if p.required else f"[{plain}]"])
         return cmd
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """click's ``main`` (public; typer's copy of click), every way out of a command made an exit status: a usage
+        error (unknown option, missing argument, a value ``--timeout`` refuses) is exit 2, shown
+        as a JSON object when ``--json`` is among the options (``_usage_error``'s shape: key,
+        origin "command line", message), else as click shows it; a ``DeclarationError`` and an
+        abort are exit 1; a closed or broken stdout/stderr (``cli.output``) never shows a
+        traceback, and a command whose stdout could not take its output ends with status 1.
+        ``standalone_mode``: exit through ``sys.exit`` (True) or return the status."""
+        mend_streams()
+        argv = list(sys.argv[1:] if args is None else args)
+        options = argv[:argv.index("--")] if "--" in argv else argv
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except typer.TyperException as exc:  # click's errors, as typer exports them
+            code = exc.exit_code
+            if code == 2 and "--json" in options:  # a usage error
+                param = getattr(exc, "param", None)
+                key = (param.opts[0] if getattr(param, "opts", None) else
+                       getattr(param, "name", None) or getattr(exc, "option_name", None) or "")
+                _write_json({"ok": False, "problems": [{"key": key, "origin": "command line",
+                                                        "severity": "error",
+                                                        "message": exc.format_message()}]})
+            else:
+                _quiet(getattr(exc, "show", None) or (lambda: err.print(f"Error: {exc.format_message()}")))
+        except typer.Abort:
+            code = 1
+            err.print("Aborted!")
+        except DeclarationError as exc:
+            code = 1
+            err.print(f"error: {exc}")
+        except OSError as exc:
+            if exc.errno not in STREAM_ERRNOS:
+                raise
+            code = 1
+        if finish_streams() and code == 0:
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _quiet(show) -> None:
+    """Run click's ``show`` of an error; a stream that cannot take it is left alone."""
+    try:
+        show()
+    except (OSError, ValueError):
+        pass
 
 
 # rich_markup_mode=None: no markup is interpreted ([tp4] stays [tp4]); click re-wraps paragraphs
@@ -91,7 +141,22 @@ def _emit_json(data: Any) -> None:
     except ValueError:  # NaN or Infinity from outside data: not JSON, so written as text
         text = json.dumps(json.loads(json.dumps(_jsonable(data), default=str),
                                      parse_constant=str), indent=2)
-    sys.stdout.write(text + "\n")
+    _write_json_text(text)
+
+
+def _write_json(data: Any) -> None:
+    _write_json_text(json.dumps(data, indent=2))
+
+
+def _write_json_text(text: str) -> None:
+    """``text`` and a newline on stdout; a closed or broken stdout makes it a no-op (the exit
+    status says so: ``finish_streams``)."""
+    try:
+        sys.stdout.write(text + "\n")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in STREAM_ERRNOS:
+            raise
+        out.on_broken_pipe()
 
 
 def _fail(exc: FlagsError, as_json: bool) -> None:
@@ -138,14 +203,19 @@ ApiKeyOpt = typer.Option(None, "--api-key", metavar="KEY", envvar="DSV41_API_KEY
                               "history). Never printed.")
 
 
-def _seconds(value: float) -> float:
-    """``--timeout``: a number of seconds in (0, 3600], else a usage error naming the option."""
-    if not 0 < value <= 3600:
-        raise typer.BadParameter(f"{value:g} is not a number of seconds in (0, 3600]")
+def _seconds(text) -> float:
+    """``--timeout``: a number of seconds in (0, 3600] (``text`` as typed, or the default), else
+    a usage error naming the option and quoting the value (bounded)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 0 < value <= 3600:
+        raise typer.BadParameter(f"{quoted(str(text))} is not a number of seconds in (0, 3600]")
     return value
 
 
-TimeoutOpt = typer.Option(65.0, "--timeout", metavar="SECONDS", callback=_seconds,
+TimeoutOpt = typer.Option(65.0, "--timeout", metavar="SECONDS", parser=_seconds,
                           help="one deadline for the whole call to the server (connect and read)")
 
 
@@ -372,7 +442,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         return
     else:
         known = sorted(k for f in features for k in f.keys())
-        msg = (f"{key!r} is no feature, flag, option or reserved key; known: {', '.join(known)}"
+        msg = (f"{quoted(key)} is no feature, flag, option or reserved key; known: {', '.join(known)}"
                + suggest(wanted, known + sorted(RESERVED)))
         _fail(FlagsError(msg), as_json)
         return
@@ -509,7 +579,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         try:
             write_sidecar(write, fp)
         except OSError as exc:
-            _fail(FlagsError(f"--write {str(write)!r}: cannot write the sidecar: "
+            _fail(FlagsError(f"--write {quoted(str(write))}: cannot write the sidecar: "
                              f"{exc.strerror or exc}"), as_json)
         data["written"] = str(write)
     if as_json:
@@ -822,9 +892,5 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
 
 
 def main() -> None:
-    """Console-script entry point."""
-    try:
-        app()
-    except DeclarationError as exc:
-        err.print(f"error: {exc}")
-        sys.exit(1)
+    """Console-script entry point (the exit statuses: ``_PlainGroup.main``)."""
+    app()

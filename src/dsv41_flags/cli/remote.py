@@ -19,6 +19,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from dsv41_flags.errors import quoted
 from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.engines import adapter
 from dsv41_flags.engines.http_client import Refused
@@ -202,7 +203,7 @@ def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], N
     if why:
         plain = "://" not in url and url.replace(".", "").replace(":", "").isalnum()
         hint = f"; write --url http://{url}" if plain else "; write --url http://HOST:PORT"
-        message = f"--url {url!r} is not an http:// URL of the engine server: {why}{hint}"
+        message = f"--url {quoted(url)} is not an http:// URL of the engine server: {why}{hint}"
         if as_json and emit_json is not None:
             emit_json({"ok": False, "error": message})
         else:

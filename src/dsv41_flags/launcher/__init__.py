@@ -52,9 +52,14 @@ def launch_environ(settings_files=None, profile=None, argv: Sequence[str] = (),
 
 
 def exec_command(argv: list[str], env: dict[str, str]) -> None:
-    """Replace this process by ``argv`` with the launch environment ``env`` (never returns)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    """Replace this process by ``argv`` with the launch environment ``env`` (never returns).
+    What this process wrote is flushed first; a closed or broken stream (None, a reader that quit,
+    a full device) does not keep the command from starting. Raises OSError from ``exec``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
     os.execvpe(argv[0], argv, env)
 
 
