@@ -1,30 +1,6 @@
 """Exception classes. Every message names the offending feature, key, value and origin."""
 
-from typing import Any, NamedTuple
-
-#: characters of an outside value that an error message quotes; the rest is counted, not shown
-QUOTE_LIMIT = 200
-
-
-def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
-    """``repr(value)`` for an error message, bounded: a value from outside (a variable, a settings
-    value, a command-line argument, a request's field) is quoted whole up to ``limit``
-    characters, else its first ``limit`` characters and ``… (N chars)`` with its full length (a
-    100 000-character variable is named, not echoed). Never raises."""
-    try:
-        if isinstance(value, str):
-            return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value)} chars)"
-        text = repr(value)
-    except Exception:
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
-
-
-def excerpt(text: str, limit: int = QUOTE_LIMIT) -> str:
-    """``text`` (already written for a message: a line of a file, a literal) bounded as by
-    ``quoted``, without quotes added."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
-
+from typing import NamedTuple
 
 class FlagsError(Exception):
     """Base class of every error raised by dsv41_flags."""

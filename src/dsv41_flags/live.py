@@ -20,9 +20,11 @@ import collections
 import contextvars
 import datetime
 import threading
+import unicodedata
 from typing import Any, Callable, NamedTuple
 
-from dsv41_flags.errors import NotLiveError, SwitchError, quoted
+from dsv41_flags.errors import NotLiveError, SwitchError
+from dsv41_flags.text import UNSAFE_CATEGORIES, quoted, safe_text
 from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
 from dsv41_flags.wrappers import (COROUTINE, FUNCTION, as_declared, call_kind, copy_identity,
                                   iterating_wrapper, kind_mismatch)
@@ -281,15 +283,22 @@ class Switchboard:
 
 
 def check_requested_by(requested_by: Any) -> str:
-    """``requested_by`` of a switch: text of at most ``REQUESTED_BY_LIMIT`` characters (who asked,
-    kept in every rank's history and event). Returns it; raises SwitchError naming the field, its
-    type or length, and what is accepted."""
+    """``requested_by`` of a switch: text of at most ``REQUESTED_BY_LIMIT`` characters without a
+    control or format character (``text.UNSAFE_CATEGORIES``: ESC, newline, NUL, bidi overrides...;
+    who asked, kept in every rank's history and event). Returns it; raises SwitchError naming the
+    field, its type, length or first such character, and what is accepted."""
     if not isinstance(requested_by, str):
         raise SwitchError(f"requested_by must be text, got {type(requested_by).__name__} (who asked: "
                           f"a name, a host; at most {REQUESTED_BY_LIMIT} characters)")
     if len(requested_by) > REQUESTED_BY_LIMIT:
         raise SwitchError(f"requested_by is {len(requested_by)} characters long; at most "
                           f"{REQUESTED_BY_LIMIT} are accepted (who asked: a name, a host)")
+    if not requested_by.isprintable():
+        bad = next((c for c in requested_by if unicodedata.category(c) in UNSAFE_CATEGORIES), None)
+        if bad is not None:
+            raise SwitchError(f"requested_by holds the control character {safe_text(bad)} at "
+                              f"position {requested_by.index(bad)}: printable text only (who asked: "
+                              f"a name, a host)")
     return requested_by
 
 
@@ -354,13 +363,8 @@ def parse_assignment(text: str) -> tuple[str, str]:
 
 
 def _shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters (an error never echoes a huge input whole); a
-    value whose ``repr`` raises (or is an int too long to print) is named by its type."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - outside data: any repr may fail
-        return f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    """``value`` quoted bounded (``text.quoted``: an error never echoes a huge input whole)."""
+    return quoted(value, limit)
 
 
 def _now() -> str:

@@ -30,6 +30,8 @@ from typing import Any, Callable, Iterator
 
 import structlog
 
+from dsv41_flags.text import safe_text
+
 LOGGER_NAME = "dsv41_flags"
 _MAX_DEPTH = 32
 
@@ -478,6 +480,30 @@ def get_logger(context: ProcessContext | None = None, *, report: bool = True, **
                                  logger_factory_args=(LOGGER_NAME,), **bound)
 
 
+# ------------------------------------------------------------------------- safe console
+def safe_fields(logger: Any, method_name: str, event_dict: dict) -> dict:
+    """Processor before the console renderer: every string of the event (its name, keys and
+    values, in nested dicts, lists and tuples too) through ``text.safe_text``, so a field that
+    came from outside (``requested_by``, a feature name of a refused switch, a reason) shows its
+    control characters escaped (``\\x1b``, ``\\n``, ``\\u202e``) and a console line stays one
+    line. JSON lines need no such step: ``json.dumps`` escapes them (``ensure_ascii``)."""
+    return {safe_text(k) if isinstance(k, str) else k: _safe_value(v, 0)
+            for k, v in event_dict.items()}
+
+
+def _safe_value(value: Any, depth: int) -> Any:
+    if isinstance(value, str):
+        return safe_text(value)
+    if depth >= _MAX_DEPTH:
+        return value
+    if type(value) is dict:
+        return {(safe_text(k) if isinstance(k, str) else k): _safe_value(v, depth + 1)
+                for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_safe_value(v, depth + 1) for v in value)
+    return value
+
+
 # ------------------------------------------------------------------------------ configure
 def configure(log_format: str = "auto", level: str = "info", stream=None,
               context: ProcessContext | None = None) -> bool:
@@ -508,6 +534,8 @@ def configure(log_format: str = "auto", level: str = "info", stream=None,
     ]
     if log_format != "console":
         processors.append(structlog.processors.format_exc_info)
+    else:
+        processors.append(safe_fields)
     processors.append(_never_raise(renderer))
     structlog.configure(
         processors=processors,

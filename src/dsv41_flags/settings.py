@@ -23,7 +23,8 @@ from typing import Any, Mapping
 from dsv41_flags.declare import Feature
 from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
-from dsv41_flags.errors import Problem, SettingsError, excerpt, quoted
+from dsv41_flags.errors import Problem, SettingsError
+from dsv41_flags.text import excerpt, quoted
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
 from dsv41_flags.values import CastError, cast, cast_bool, check_file_value

@@ -48,7 +48,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, feature_entry_points
-from dsv41_flags.errors import Problem, SnapshotError, quoted
+from dsv41_flags.errors import Problem, SnapshotError
+from dsv41_flags.text import quoted
 from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
 from dsv41_flags.names import RESERVED_TYPES, SNAPSHOT_VAR

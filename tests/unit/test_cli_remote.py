@@ -380,3 +380,19 @@ def test_non_finite_numbers_from_the_server_still_give_json(server, cli):
     server.answer(b'{"ok": true, "ranks": [], "x": NaN, "y": Infinity}')
     r = cli("status", "--url", server.url, "--json")
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+
+
+@pytest.mark.parametrize("answer", [{"ok": True, "ranks": []}, {"ok": True}, {"ok": True, "ranks": [], "server": {"pid": 10}}],
+                         ids=["empty", "no-ranks-key", "server-only"])
+def test_a_status_answer_with_no_rank_says_so_and_exits_1(cli, server, answer):
+    server.answer(answer)
+    r = cli("status", "--url", server.url)
+    assert r.exit_code == 1
+    assert r.stdout == "" and lines(r) == [f"error: no scheduler rank answered {server.url}: the server "
+                                           f"holds no rank with dsv41_flags active, or none has started yet"]
+    r = cli("status", "--url", server.url, "--json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["ok"] is False and "no scheduler rank answered" in data["error"]
+    assert data.get("ranks", []) == []
+    assert data["generations_agree"] is None

@@ -18,7 +18,8 @@ from typer.core import TyperArgument, TyperGroup
 from dsv41_flags.cli.output import (STREAM_ERRNOS, console, err, finish_streams, mend_streams, out,
                                     safe)
 from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
-from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError, quoted
+from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
+from dsv41_flags.text import quoted
 from dsv41_flags.names import RESERVED, suggest
 from dsv41_flags.fingerprint import (MASK, compute, is_secret, masked_argv, prefix_sources,
                                      secret_names)

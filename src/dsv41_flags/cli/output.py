@@ -26,34 +26,12 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import unicodedata
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
-#: Unicode categories shown escaped: controls, format characters (bidi, zero-width), line and
-#: paragraph separators, surrogates
-UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escaped(char: str) -> str:
-    if char in _NAMED:
-        return _NAMED[char]
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def safe_text(value: Any) -> str:
-    """``value`` as text (``str(value)`` when not a str) with every character of
-    ``UNSAFE_CATEGORIES`` escaped as Python writes it (``\\n``, ``\\x1b``, ``\\u202e``,
-    ``\\U000e0041``); any other character, spaces and markup brackets included, is kept."""
-    text = value if isinstance(value, str) else str(value)
-    if text.isprintable():  # every unsafe character is unprintable: the common case is one scan
-        return text
-    return "".join(_escaped(c) if unicodedata.category(c) in UNSAFE_CATEGORIES else c for c in text)
-
+from dsv41_flags.text import UNSAFE_CATEGORIES, safe_text  # noqa: F401 (the CLI's names for them)
 
 def safe(value: Any, style: str = "") -> Text:
     """``safe_text(value)`` as a rich ``Text`` in ``style``: never read as markup."""

@@ -19,11 +19,11 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from dsv41_flags.errors import quoted
+from dsv41_flags.text import quoted
 from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.engines import adapter
 from dsv41_flags.engines.http_client import Refused
-from dsv41_flags.live import SwitchError, parse_assignment, parse_value
+from dsv41_flags.live import SwitchError, check_requested_by, parse_assignment, parse_value
 
 #: the variable ``--api-key`` defaults to (kept out of shell history)
 API_KEY_VAR = "DSV41_API_KEY"
@@ -218,10 +218,13 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
     """Send the switch to the server (with ``api_key`` as a bearer key when given); print the
     per-rank outcome. Exits 1 when refused (by the ranks, or for want of the admin key),
     unreachable, or when the answer is not a valid one; 2 when ``assignment`` is not NAME=VALUE
-    with an on/off value or ``url`` is not an http:// URL (nothing is sent then)."""
+    with an on/off value, ``by`` is not a valid ``requested_by`` (``live.check_requested_by``)
+    or ``url`` is not an http:// URL (nothing is sent then)."""
     try:
         name, value = parse_assignment(assignment)
         parse_value(name, value)  # a value no rank could take is refused here, before sending
+        if by is not None:
+            check_requested_by(by)
     except SwitchError as exc:
         _fail(str(exc), as_json, emit_json, code=2)
     url = check_url(url, err, as_json, emit_json)
@@ -252,9 +255,9 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
 def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                   api_key: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Print what each scheduler rank has on now. Exits 1 when the server cannot be asked,
-    refuses (for want of the admin key), answers something that is not a valid status, or its
-    ranks are on different generations (``generations_agree`` is null when no rank answered);
-    2 when ``url`` is not an http:// URL."""
+    refuses (for want of the admin key), answers something that is not a valid status, no rank
+    answered (said as an error: ``ranks`` empty, ``generations_agree`` null) or its ranks are on
+    different generations; 2 when ``url`` is not an http:// URL."""
     url = check_url(url, err, as_json, emit_json)
     data, error = _call(lambda: adapter().remote_status(url, api_key=api_key, timeout_s=timeout_s),
                         api_key)
@@ -267,11 +270,13 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
     ranks = answer.ranks
     generations = sorted({r.generation for r in ranks})
     agree = len(generations) <= 1 if ranks else None
+    silent = (f"no scheduler rank answered {url}: the server holds no rank with dsv41_flags "
+              f"active, or none has started yet" if not ranks and not answer.error else "")
     if as_json:
-        emit_json({**data, "generations_agree": agree})
+        emit_json({**data, "generations_agree": agree, **({"ok": False, "error": silent} if silent else {})})
     else:
-        if answer.error:
-            err.print(f"error: {answer.error}", style="red")
+        if answer.error or silent:
+            err.print(f"error: {answer.error or silent}", style="red")
         if ranks:
             said = (f"generation {generations[0]} on every rank" if agree else
                     "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
@@ -286,5 +291,5 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
             for t in r.switches[-3:]:
                 out.print(f"    switch generation {t.generation}: {t.feature} {_on(t.old)} -> "
                           f"{_on(t.new)} by {t.requested_by} at step {t.step} ({t.at})")
-    if not answer.ok or agree is False:
+    if not answer.ok or not ranks or agree is False:
         raise typer.Exit(1)
