@@ -50,7 +50,7 @@ def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
             return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value)} chars)"
         text = repr(value)
     except Exception:
-        return f"<{type(value).__name__}>"
+        return f"<{type(value).__name__} object>"
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
