@@ -5,6 +5,7 @@ sidecar, the snapshot, the events, ``fingerprint --explain``, ``status``, ``expl
 or an error. Where a value must be shown it is ``***``."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,30 @@ def test_a_diff_against_an_old_sidecar_holding_secrets_shows_them_masked(env, tm
         assert r.returncode == 1, r.stderr
         assert_no_secret(r.stdout + r.stderr, "fingerprint --diff")
         assert MASK in r.stdout
+
+
+def test_the_documented_secret_rule_is_the_code_s():
+    from dsv41_flags.fingerprint import CORE_SECRETS
+    docs = Path(__file__).parents[2] / "docs"
+    fingerprint_md = (docs / "fingerprint.md").read_text()
+    listed = fingerprint_md.split("The framework's secret names:", 1)[1].split("\n- ", 1)[0]
+    assert sorted(re.findall(r"`([a-z0-9-]+)`", listed)) == sorted(CORE_SECRETS)
+    trust = (docs / "trust-and-errors.md").read_text()
+    assert "fingerprint.is_secret" in trust and "a bare `key`\nor `token` marks nothing" in trust
+    for bare in ("key", "token"):
+        assert not is_secret(bare) and not is_secret(f"SGLANG_{bare.upper()}_DTYPE")
+
+
+def test_a_process_status_shows_a_secret_option_as_the_mask(tmp_path, make_runtime):
+    from dsv41_flags.status import process_status
+    fdir = tmp_path / "features"
+    fdir.mkdir()
+    (fdir / "remote_cache.py").write_text(
+        "from dsv41_flags import Feature, Option\n"
+        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
+        "    summary='a cache behind a password', engine='',\n"
+        "    options=(Option('password', 'str', default=''), Option('size', 'int', default=1)))\n")
+    rt = make_runtime('[default]\nremote_cache = true\nremote_cache_password = "S3CRETA"\n',
+                      features_dir=fdir)
+    answer = json.dumps(process_status(rt), default=str)
+    assert "S3CRETA" not in answer and MASK in answer
