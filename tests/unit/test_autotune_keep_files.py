@@ -18,9 +18,10 @@ from structlog.testing import capture_logs
 import dsv41_flags
 import dsv41_flags.cache_keeping
 import dsv41_flags.fingerprint
-from dsv41_flags.cache_keeping import SymlinkRefused, write_sidecar
+from dsv41_flags.cache_keeping import SymlinkRefused, sidecar_path, write_sidecar
 
 from ..conftest import FEATURES_DIR
+from ._hostile import HOSTILE_SIDECARS
 
 
 def test_set_aside_keeps_distinct_bounded_copies(make_runtime, tmp_path):
@@ -324,3 +325,50 @@ def test_before_save_drops_another_launchs_sidecar(feature, tmp_path, log):
     write_sidecar(dsv41_flags.cache_keeping.sidecar_path(cache), fp)
     assert mod.before_save(cache, fp, log) is False
     assert dsv41_flags.cache_keeping.sidecar_path(cache).exists()
+
+
+class _Log:
+    def __init__(self):
+        self.events = []
+
+    def __getattr__(self, level):
+        return lambda event, **kw: self.events.append(event)
+
+
+@pytest.mark.parametrize("kind", ["cache_deep", "cache_fifo", "cache_dev_zero", "sidecar_fifo",
+                                  "sidecar_dev_zero", "sidecar_argv_int", "sidecar_env_list"])
+def test_boot_digest_sets_hostile_files_aside_without_raising_or_blocking(feature, tmp_path, kind):
+    mod, fp = feature
+    cache = tmp_path / "rank_tp0_pp0_dp0.json"
+    side = sidecar_path(cache)
+    if kind == "cache_deep":
+        cache.write_text("[" * 100000)
+    elif kind == "cache_fifo":
+        os.mkfifo(cache)
+    elif kind == "cache_dev_zero":
+        cache.symlink_to("/dev/zero")
+    else:
+        cache.write_text('{"_metadata": {}, "k": 1}')
+        if kind == "sidecar_fifo":
+            os.mkfifo(side)
+        elif kind == "sidecar_dev_zero":
+            side.symlink_to("/dev/zero")
+        else:
+            side.write_text(HOSTILE_SIDECARS[kind.split("_", 1)[1]])
+    log = _Log()
+    start = time.monotonic()
+    assert mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: pytest.fail("stock digest called")) == ""
+    assert time.monotonic() - start < 5
+    assert "autotune_keep.set_aside" in log.events and not os.path.lexists(cache)
+
+
+def test_unmovable_fifo_cache_is_no_cache_not_a_hang(feature, tmp_path, monkeypatch):
+    """A FIFO cache in a directory where it cannot be moved: the stock digest would read it
+    forever; it is treated as no cache, with an event."""
+    mod, fp = feature
+    cache = tmp_path / "rank_tp0_pp0_dp0.json"
+    os.mkfifo(cache)
+    monkeypatch.setattr(os, "replace", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EROFS, "ro")))
+    log = _Log()
+    assert mod.boot_digest(cache, {}, fp, 3, log, lambda p, e: pytest.fail("stock digest called")) == ""
+    assert "autotune_keep.unreadable" in log.events

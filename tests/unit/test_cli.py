@@ -1,5 +1,7 @@
 """The dsv41-flags CLI through typer's runner: status, validate, explain, fingerprint, set."""
 import json
+import os
+import subprocess
 import textwrap
 
 import pytest
@@ -8,6 +10,7 @@ from typer.testing import CliRunner
 from dsv41_flags.cli import app
 
 from ..conftest import EXAMPLE_SETTINGS, REPO_SETTINGS
+from ._child import CLI, REPO, clean_env
 
 
 @pytest.fixture
@@ -230,3 +233,123 @@ def test_engine_version_is_looked_up_once_per_name_and_path(monkeypatch):
     monkeypatch.syspath_prepend("/nonexistent-dsv41-path")   # another import path: asked again
     assert engine_version(f) == first and calls == ["packaging", "packaging"]
     _installed_version.cache_clear()
+
+
+@pytest.mark.parametrize("key,var,bad", [("rank_guard", "DSV41_RANK_GUARD", "bogus"),
+                                         ("strict", "DSV41_STRICT", "maybe"),
+                                         ("DSV41_LOG_LEVEL", "DSV41_LOG_LEVEL", "loud")])
+def test_explain_reserved_key_shows_the_chain_and_fails_on_an_invalid_layer(program_cli, key, var, bad):
+    status = program_cli("status", env={var: bad})
+    assert status.exit_code == 1
+    r = program_cli("explain", key, env={var: bad})
+    assert r.exit_code == 1, r.output
+    assert f"env {var}: {bad!r}  <- INVALID: accepted:" in r.stdout
+    assert "1. declared default:" in r.stdout and "<- wins" in r.stdout
+    assert f"{var}={bad!r} (environment variable) is not a valid value" in r.stderr
+    data = json.loads(program_cli("explain", key, "--json", env={var: bad}).stdout)
+    [entry] = data["keys"].values()
+    assert [layer["valid"] for layer in entry["layers"]][-1] is False
+    assert data["problems"] and data["reserved"] == var.removeprefix("DSV41_")
+
+
+def test_explain_valid_reserved_key_names_the_winning_layer(program, program_cli):
+    program.settings.write_text('[default]\ndemo_fix = true\nrank_guard = "WARN"\n')
+    r = program_cli("explain", "rank_guard")
+    assert r.exit_code == 0, r.output
+    assert "RANK_GUARD = 'warn'" in r.stdout and "[default]: 'WARN'  <- wins" in r.stdout
+
+
+def test_explain_the_fingerprint_table_fails_on_an_invalid_value(program, program_cli):
+    program.settings.write_text('[default]\ndemo_fix = true\n[default.fingerprint]\n'
+                               'volatile = "SGLANG_X"\n')
+    r = program_cli("explain", "fingerprint")
+    assert r.exit_code == 1 and "fingerprint.volatile = 'SGLANG_X' is not a list" in r.stderr
+
+
+def test_status_renders_no_engine(program_cli):
+    r = program_cli("status")
+    assert "[no engine range]: ok" in r.stdout and "[, installed" not in r.stdout
+
+
+def test_cli_messages(program_cli, program, tmp_path):
+    r = program_cli("run")
+    assert r.exit_code == 2 and \
+        "missing the command: dsv41-flags run [OPTIONS] -- CMD [ARGS]..." in r.stderr
+    side = tmp_path / "x.launch"
+    r = program_cli("fingerprint", "--write", str(side), "--", "python", "-c", "a")
+    assert r.exit_code == 0 and f"wrote the sidecar {side}" in r.stderr and side.is_file()
+    r = program_cli("fingerprint", "--diff", str(side), "--", "python", "-c", "b")
+    assert r.exit_code == 1 and "  argv: ['-c', 'a'] -> ['-c', 'b']" in r.stdout
+    assert "argv argv" not in r.stdout
+    r = program_cli("fingerprint", "--diff", str(tmp_path / "missing.launch"))
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "error: cannot compare:" in r.stderr and "missing.launch" in r.stderr
+
+
+def test_check_engine_with_nothing_armed_fetches_nothing(program_cli, program, monkeypatch):
+    import dsv41_flags.upgrade_gate.releases as release
+
+    def no_fetch(*a, **k):
+        raise AssertionError("a release was opened")
+
+    monkeypatch.setattr(release, "open_release", no_fetch)
+    program.settings.write_text("[default]\ndemo_fix = false\n")
+    r = program_cli("check", "--engine", "sglang==0.5.99")
+    assert r.exit_code == 0 and "no feature checked (none armed; use --all)" in r.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["--json"], ["--all"], ["--all", "--json"]])
+@pytest.mark.parametrize("bad", [{"DSV41_FOLDED_FENCE": "maybe"}, {"DSV41_FOLDED_FENSE": "1"}])
+def test_check_fails_on_a_settings_error_like_every_command(args, bad):
+    """A CI gate running ``check`` must not pass on a broken launch: which features a boot arms is
+    unknown when it would stop on its settings."""
+    proc = subprocess.run([CLI, "check", *args], env=clean_env(**bad), capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    if "--json" in args:
+        data = json.loads(proc.stdout)
+        var = next(iter(bad))
+        assert data["ok"] is False and [p["key"] for p in data["problems"]] in ([var], [var[6:]])
+
+
+def test_diff_and_write_same_sidecar_compares_the_old_one(tmp_path, monkeypatch):
+    monkeypatch.delenv("DSV41_SNAPSHOT", raising=False)
+    side = tmp_path / "x.launch"
+    runner = CliRunner()
+    assert runner.invoke(app, ["fingerprint", "-s", str(REPO_SETTINGS), "--write", str(side), "--",
+                               "serve", "--tp", "4"]).exit_code == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert side.stat().st_mode & 0o777 == 0o666 & ~umask      # not mkstemp's 0600
+    r = runner.invoke(app, ["fingerprint", "-s", str(REPO_SETTINGS), "--diff", str(side),
+                            "--write", str(side), "--json", "--", "serve", "--tp", "8"])
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1 and data["diff"]["same"] is False and data["diff"]["changes"]
+    r = runner.invoke(app, ["fingerprint", "-s", str(REPO_SETTINGS), "--diff", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "cannot compare" in r.stderr and "cannot read" in r.stderr
+
+
+def test_write_to_a_bad_place_is_a_clear_error(tmp_path):
+    r = CliRunner().invoke(app, ["fingerprint", "-s", str(REPO_SETTINGS), "--write",
+                                 str(tmp_path / "no" / "dir" / "x.launch")])
+    assert r.exit_code == 1 and "cannot write the sidecar" in r.output
+
+
+def test_status_exits_1_when_an_armed_feature_drifted_in_strict_mode(tmp_path, monkeypatch):
+    monkeypatch.delenv("DSV41_SNAPSHOT", raising=False)
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "zz.py").write_text("from dsv41_flags import Feature\nFEATURE = Feature(name='zz', "
+                                 "target='json', install=print, summary='s', engine='', requires=('nope',))\n")
+    s = tmp_path / "settings.toml"
+    s.write_text("[default]\nzz = true\n")
+    r = CliRunner().invoke(app, ["status", "-s", str(s)])
+    assert r.exit_code == 1 and "missing: nope" in r.stdout
+    s.write_text("[default]\nzz = true\nstrict = false\n")
+    assert CliRunner().invoke(app, ["status", "-s", str(s)]).exit_code == 0
+
+
+def test_explain_refuses_a_bad_value(monkeypatch):
+    monkeypatch.setenv("DSV41_AUTOTUNE_KEEP_KEEP_OLD", "5.0")
+    r = CliRunner().invoke(app, ["explain", "AUTOTUNE_KEEP_KEEP_OLD", "-s", str(REPO_SETTINGS)])
+    assert r.exit_code == 1 and "DSV41_AUTOTUNE_KEEP_KEEP_OLD='5.0'" in r.stderr

@@ -4,6 +4,7 @@ for a bad one, never a traceback), one deadline bounds the whole call, a body th
 or is huge is cut at the size cap, the API key is sent as sglang's bearer key and printed
 nowhere, and a refusal for want of the key says so."""
 import json
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,8 @@ from typer.testing import CliRunner
 
 from dsv41_flags.cli import app
 from dsv41_flags.engines.http_client import MAX_ANSWER_BYTES
+
+from ._child import CLI, REPO, clean_env
 
 RANK = {"tp_rank": 0, "pp_rank": 0, "pid": 11, "step": 5, "generation": 1, "profile": "default",
         "features": [{"name": "folded_fence", "state": "installed", "value": True, "live": True,
@@ -396,3 +399,34 @@ def test_a_status_answer_with_no_rank_says_so_and_exits_1(cli, server, answer):
     assert data["ok"] is False and "no scheduler rank answered" in data["error"]
     assert data.get("ranks", []) == []
     assert data["generations_agree"] is None
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["set", "folded_fence=maybe", "--url", "http://127.0.0.1:9"], "the value is not one of"),
+    (["set", "folded_fence=", "--url", "http://127.0.0.1:9"], "the value is not one of"),
+    (["set", "folded_fence=on", "--url", "127.0.0.1:30000"], "write --url http://127.0.0.1:30000"),
+    (["status", "--url", "127.0.0.1:30000"], "write --url http://127.0.0.1:30000"),
+    (["status", "--url", "ftp://h:1"], "is not an http:// URL"),
+])
+def test_set_and_remote_status_refuse_what_no_server_could_take_before_sending(args, needle):
+    proc = subprocess.run([CLI, *args], env=clean_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and needle in proc.stderr and "cannot reach" not in proc.stderr
+
+
+def test_remote_status_with_no_rank_answering_does_not_claim_agreement():
+    proc = subprocess.run([CLI, "status", "--url", "http://127.0.0.1:9", "--json"], env=clean_env(),
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 1 and data["ok"] is False and data["generations_agree"] is None
+
+
+@pytest.mark.parametrize("url", ["http://a b", "http://127.0.0.1:abc", "http://:80", "http://user@",
+                                 "http://127.0.0.1:99999", "http://127.0.0.1:9?a=b#c", " http://127.0.0.1:9",
+                                 "http://127.0.0.1:9\n", "http://[::1", "file:///etc/passwd",
+                                 "http://" + "a" * 70 + ".com"])
+def test_a_url_no_server_could_have_is_refused_before_sending(url):
+    for args in (["set", "folded_fence=on", "--url", url, "--json"], ["status", "--url", url, "--json"]):
+        proc = subprocess.run([CLI, *args], env=clean_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        data = json.loads(proc.stdout)
+        assert data["ok"] is False and "is not an http:// URL of the engine server" in data["error"]

@@ -1,15 +1,16 @@
 """Launch fingerprint, sidecar and diffs (issue 4)."""
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from dsv41_flags import SettingsError
-from dsv41_flags.cache_keeping import read_sidecar, write_sidecar
-from dsv41_flags.fingerprint import volatile_names
-from dsv41_flags.cache_keeping import diff, matches
+from dsv41_flags.cache_keeping import diff, matches, read_sidecar, write_sidecar
 from dsv41_flags.engines.sglang.facts import FINGERPRINT as ENGINE
+from dsv41_flags.fingerprint import normalize_argv, volatile_names
 
 SETTINGS = """
 [default]
@@ -314,9 +315,10 @@ def test_dynaconf_specials_refused_everywhere(make_runtime, tmp_path, text, key,
 def test_included_file_is_never_applied():
     """Input 3 (the instance): the included file's prefixes cannot reach the fingerprint because
     the including file is refused before Dynaconf loads it."""
-    from dsv41_flags.settings import find_settings_files
     import tempfile
     from pathlib import Path
+
+    from dsv41_flags.settings import find_settings_files
     with tempfile.TemporaryDirectory() as d:
         main = Path(d) / "settings.toml"
         main.write_text('[default]\nfolded_fence = false\ndynaconf_include = ["extra.toml"]\n')
@@ -412,3 +414,94 @@ def test_sglang_option_table_is_shipped_data_not_read_from_the_machine():
     assert _sglang.server_options_release() == "sglang 0.5.23"
     assert len(table) > 300 and table["--tensor-parallel-size"] == "--tp-size"
     assert not hasattr(_sglang, "_source_root")   # nothing reads the installed engine's source
+
+
+def test_program_identity_is_kept():
+    assert normalize_argv(["python", "-c", "a"]) != normalize_argv(["python", "-c", "b"])
+    assert normalize_argv(["python3", "-X", "dev", "-c", "a", "--x=1"]) == ["-c", "a", "--x", "1"]
+    assert normalize_argv(["python", "-m", "a.b", "1"]) == ["a.b", "1"]
+    # the same kind, other spellings CPython accepts: options joined in one token, values attached
+    assert normalize_argv(["python", "-Bc", "a"]) == normalize_argv(["python", "-ca"]) == ["-c", "a"]
+    assert normalize_argv(["python", "-Im", "a.b"]) == normalize_argv(["python", "-ma.b"]) == ["a.b"]
+    assert normalize_argv(["python", "-Xdev", "-Wignore", "-c", "b"]) == ["-c", "b"]
+    assert normalize_argv(["python", "-u", "./x/prog.py", "1"]) == ["prog", "1"]
+
+
+def test_code_changes_the_fingerprint_and_a_process_reads_its_own(program_cli, program):
+    a = json.loads(program_cli("fingerprint", "--json", "--", "python", "-c", "a").stdout)["fingerprint"]
+    b = json.loads(program_cli("fingerprint", "--json", "--", "python", "-c", "b").stdout)["fingerprint"]
+    assert a != b
+    # a process computing its own (no run, no snapshot) reads -c CODE from sys.orig_argv
+    code = "import dsv41_flags; print(dsv41_flags.activate().fingerprint.digest)"
+    env = {**program.env, "DSV41_LOG_LEVEL": "error"}
+    own = subprocess.run([sys.executable, "-c", code], env=env, cwd=program.dir,
+                         capture_output=True, text=True, timeout=120).stdout.strip()
+    typed = json.loads(program_cli("fingerprint", "--json", "--", "python", "-c", code,
+                           env={"DSV41_LOG_LEVEL": "error"}).stdout)["fingerprint"]
+    assert own == typed
+
+
+def test_sglang_serve_is_sglang_launch_server(program_cli):
+    def fp(*argv):
+        return json.loads(program_cli("fingerprint", "--json", "--", *argv).stdout)["fingerprint"]
+
+    served = fp("sglang", "serve", "org/model", "--tp", "4")
+    assert served == fp("python", "-m", "sglang.launch_server", "--model-path", "org/model",
+                        "--tp-size", "4")
+    assert served == fp("sglang", "serve", "--model-type", "llm", "--model-path", "org/model",
+                        "--tp=4")
+    assert served != fp("sglang", "serve", "--model-type", "diffusion", "org/model", "--tp", "4")
+
+
+def test_unknown_fingerprint_setting(make_runtime):
+    with pytest.raises(SettingsError, match="fingerprint.prefix is not a fingerprint setting.*did you mean prefixes"):
+        make_runtime('[default.fingerprint]\nprefix = ["X_"]\n')
+
+
+@pytest.mark.parametrize("line", ['volatile = 5', 'volatile = "SGLANG_RUN_ID"', 'prefixes = [""]',
+                                  'volatile_argv = [1]'])
+def test_fingerprint_lists_are_strict(make_runtime, tmp_path, line):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(f"[default.fingerprint]\n{line}\n")
+    assert f"{tmp_path / 'settings.toml'} [default]" in str(exc.value)
+    assert "list of non-empty strings" in str(exc.value)
+
+
+def _mod_path(tmp_path):
+    pkg = tmp_path / "engine_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text("")
+    return pkg / "launch_server.py"
+
+
+def test_normalize_argv(tmp_path, monkeypatch):
+    script = _mod_path(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    typed = ["python3", "-u", "-m", "engine_pkg.launch_server", "--tp", "4"]
+    as_sys_argv = [str(script), "--tp", "4"]
+    full_python = [sys.executable, str(script), "--tp", "4"]
+    assert normalize_argv(typed) == normalize_argv(as_sys_argv) == normalize_argv(full_python) == \
+        ["engine_pkg.launch_server", "--tp", "4"]
+
+
+def test_option_equals_spelling_gives_the_same_fingerprint():
+    assert normalize_argv(["python", "-m", "x", "--tp=4", "--name", "a=b"]) == \
+        normalize_argv(["python", "-m", "x", "--tp", "4", "--name", "a=b"]) == \
+        ["x", "--tp", "4", "--name", "a=b"]
+
+
+def test_script_name_is_the_same_typed_or_in_process(tmp_path, monkeypatch):
+    (tmp_path / "serve.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert normalize_argv(["python", "serve.py", "--tp", "2"]) == \
+        normalize_argv([str(tmp_path / "serve.py"), "--tp", "2"]) == ["serve", "--tp", "2"]
+
+
+def test_fingerprint_table_through_a_variable_is_refused_not_ignored(make_runtime):
+    """With Dynaconf blind to variables, ``DSV41_FINGERPRINT`` would be silently unread: it is an
+    error naming the variable and where to set the table instead."""
+    from dsv41_flags import SettingsError
+
+    with pytest.raises(SettingsError, match=r"DSV41_FINGERPRINT.*\[default.fingerprint\]"):
+        make_runtime("[default]\n", env={"DSV41_FINGERPRINT": '{volatile = ["X"]}'})

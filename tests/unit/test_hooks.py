@@ -1,6 +1,9 @@
 """Post-import hooks (``dsv41_flags.hooks``): a callback runs once its target is imported and
 completed, never on a module whose body is still running, and the probe that tells the two apart
-never loads a module itself."""
+never loads a module itself. Through whole processes: a feature whose target another thread is
+still importing installs when that import completes, and drift found at a later import (or when
+another thread's import completes) stops a strict process with exit status 3 and a
+``flags.error`` event, never a traceback."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +14,8 @@ import uuid
 import pytest
 
 from dsv41_flags.hooks import ImportWait, register_post_import_hook
+
+from ._child import FEATURE, events, run_py
 
 
 @pytest.fixture
@@ -139,3 +144,73 @@ def _import_error(name: str) -> str:
     except ImportError as exc:
         return str(exc)
     return "imported"
+
+
+def test_target_still_importing_in_another_thread_installs_when_the_import_completes(project):
+    (project.dir / f"{project.target}.py").write_text(
+        "class Worker:\n    def forward(self):\n        return 'stock'\n"
+        "import time\ntime.sleep(3)\n"
+        "class Worker:\n    def forward(self):\n        return 'stock'\n")
+    proc = run_py(project, f"""
+        import sys, threading, time, dsv41_flags
+        t = threading.Thread(target=__import__, args=({project.target!r},)); t.start()
+        while {project.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
+            time.sleep(0.01)
+        rt = dsv41_flags.activate()
+        print(next(s for s in rt.states() if s.name == "demo_patch").state)
+        t.join()
+        for _ in range(500):
+            if next(s for s in rt.states() if s.name == "demo_patch").state != "pending":
+                break
+            time.sleep(0.01)
+        import {project.target} as m
+        print(next(s for s in rt.states() if s.name == "demo_patch").state, m.Worker().forward())
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["pending", "installed patched n=5"]
+    pending = [e for e in events(proc.stderr) if e["event"] == "feature.pending"]
+    assert pending and "is still being imported" in pending[0]["reason"]
+
+
+def test_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(project):
+    (project.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(project.target)).replace(
+        '"Worker.forward"', '"Worker.gone"'))
+    proc = run_py(project, f"""
+        import dsv41_flags
+        dsv41_flags.activate()
+        try:
+            import {project.target}
+        except BaseException as exc:            # a host cannot swallow it and run unpatched
+            print("CAUGHT", type(exc).__name__)
+        print("RAN ON")
+    """)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "RAN ON" not in proc.stdout and "CAUGHT" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+    ev = events(proc.stderr)
+    names = [e["event"] for e in ev]
+    assert "feature.drifted" in names
+    err = [e for e in ev if e["event"] == "flags.error"][-1]
+    assert err["entry"] == "import of demo_patch's target" and "Worker.gone" in err["cause"]
+    assert err["outcome"].startswith("stopped: exit status 3")
+
+
+def test_strict_drift_found_when_another_threads_import_completes_stops_with_exit_3(project):
+    (project.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(project.target)).replace(
+        '"Worker.forward"', '"Worker.gone"'))
+    (project.dir / f"{project.target}.py").write_text(
+        "import time\ntime.sleep(3)\nclass Worker:\n    def forward(self):\n        return 'stock'\n")
+    proc = run_py(project, f"""
+        import sys, threading, time, dsv41_flags
+        t = threading.Thread(target=__import__, args=({project.target!r},)); t.start()
+        while {project.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
+            time.sleep(0.01)
+        dsv41_flags.activate()
+        t.join()
+        time.sleep(5)
+        print("RAN ON")
+    """)
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert "RAN ON" not in proc.stdout and "Traceback" not in proc.stderr
+    err = [e for e in events(proc.stderr) if e["event"] == "flags.error"][-1]
+    assert "Worker.gone" in err["cause"] and err["outcome"].startswith("stopped: exit status 3")

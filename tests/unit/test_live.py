@@ -12,8 +12,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from dsv41_flags import DeclarationError, Feature
-from dsv41_flags.live import (HISTORY_LIMIT, REQUESTED_BY_LIMIT, SWITCH_WORDS, NotLiveError,
-                               SwitchError, Switchboard, parse_assignment, parse_value)
+from dsv41_flags.live import (HISTORY_LIMIT, REQUESTED_BY_LIMIT, SWITCH_WORDS, NotLiveError, Switchboard,
+                              SwitchError, parse_assignment, parse_value)
 
 
 @pytest.fixture
@@ -362,3 +362,34 @@ def test_a_value_that_cannot_be_shown_is_named_by_its_type():
 
     assert _shown(BadRepr()) == "<BadRepr object>"
     assert _shown(10 ** 5000) == "<int object>"
+
+
+def test_a_live_gate_created_by_two_threads_at_once_is_one_gate(monkeypatch):
+    """The switchboard's gates are created where first used (a target's install in one thread, a
+    switch in another, since issue 11 no longer at arming): two gates for one feature meant the
+    patch read one while the switch set the other, a switch that silently changed nothing."""
+    import threading
+
+    import dsv41_flags.live as _live
+
+    both = threading.Barrier(2)
+
+    class SlowGate(_live.Gate):
+        __slots__ = ()
+
+        def __init__(self, feature, on):
+            super().__init__(feature, on)
+            try:
+                both.wait(timeout=2)  # both threads found no gate and are creating one
+            except threading.BrokenBarrierError:
+                pass
+
+    monkeypatch.setattr(_live, "Gate", SlowGate)
+    board = _live.Switchboard()
+    got = []
+    threads = [threading.Thread(target=lambda on=on: got.append(board.gate("f", on))) for on in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 2 and got[0] is got[1] is board.gates["f"]

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,68 @@ def test_no_import_finder_added_when_nothing_is_armed(launch, armed):
     # the shipped folded_fence is a live feature: installed (bypassed) even when off, so its
     # target gets a hook and the finder is there whether or not demo_patch is armed
     assert added == ["ImportHookFinder"]
+
+
+DIFFERS = {
+    "target_invalid": 'target=(T if not CHILD else "no..such")',
+    "target_empty": 'target=(T if not CHILD else "")',
+    "requires_malformed": 'requires=(("Worker.forward",) if not CHILD else ("Worker.forward(((",))',
+    "engine_invalid": 'engine=("" if not CHILD else "sglang>=garbage!!")',
+    "engine_no_name": 'engine=("" if not CHILD else ">=1")',
+    "fixed_in_invalid": 'fixed_in=("" if not CHILD else "~=1")',
+    "live_differs": 'live=CHILD',
+}
+
+
+def _launch(tmp_path, field_expr: str, strict: bool):
+    target = f"demo_engine_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
+    feats = tmp_path / "features"
+    feats.mkdir()
+    fields = {"target": "target=T", "requires": 'requires=("Worker.forward",)', "engine": 'engine=""'}
+    fields[field_expr.split("=")[0]] = field_expr
+    (feats / "demo_cap.py").write_text(textwrap.dedent(f"""
+        import os
+        from dsv41_flags import Feature
+        CHILD = bool(os.environ.get("DSV41_SNAPSHOT"))
+        T = {target!r}
+        def install(module, ctx):
+            ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
+        FEATURE = Feature(name="demo_cap", install=install, summary="demo", {", ".join(fields.values())})
+    """))
+    (tmp_path / "settings.toml").write_text(
+        f'[default]\ndemo_cap = true\nstrict = {str(strict).lower()}\nfeatures_dir = "{feats}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    env.update(DSV41_SETTINGS=str(tmp_path / "settings.toml"), PYTHONPATH=str(tmp_path),
+               DSV41_LOG_FORMAT="json")
+    (tmp_path / "r.py").write_text(f"import {target}\nprint({target}.Worker().forward())\n")
+    proc = subprocess.run([CLI, "run", "--", sys.executable, "r.py"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    events = []
+    for line in proc.stderr.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            assert "Traceback" not in line, proc.stderr  # never an internal traceback
+    return proc, events
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("case", sorted(DIFFERS))
+def test_a_child_whose_declaration_differs_from_the_launch_says_so(tmp_path, case, strict):
+    proc, events = _launch(tmp_path, DIFFERS[case], strict)
+    names = [e.get("event") for e in events]
+    if strict:
+        assert proc.returncode == 3 and proc.stdout == "", proc.stderr
+        error = next(e for e in events if e.get("event") == "flags.error")
+        assert "demo_cap.py" in error["cause"]
+        field = DIFFERS[case].split("=")[0]
+        if "declares something else here than in the launch: " in error["cause"]:
+            assert f"{field} = " in error["cause"]  # names the field that differs
+        else:  # validated in the child as in the launch: the invalid field is named
+            assert "DeclarationError" in error["cause"] and "feature 'demo_cap'" in error["cause"]
+            assert field.replace("_", " ").split()[0] in error["cause"]
+    else:  # refused, then resolved locally: validated there (flags.error) or run as checked there
+        assert "snapshot.refused" in names or "flags.error" in names, proc.stderr
+        if proc.stdout.strip() == "stock":
+            assert proc.returncode == 3 or {"feature.drifted", "feature.failed"} & set(names), proc.stderr

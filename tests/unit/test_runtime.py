@@ -1,13 +1,16 @@
 """Install, ledger, drift, failure isolation, strict mode, audit, conflicts, events (issues 2, 6)."""
 import sys
 import textwrap
+import types
 import uuid
 
 import pytest
 from structlog.testing import capture_logs
 
-from dsv41_flags import DeclarationError, DriftError
+from dsv41_flags import DeclarationError, DriftError, Feature
 from dsv41_flags.discovery import discover
+
+from ._child import parent
 
 
 @pytest.fixture
@@ -256,3 +259,51 @@ def test_state_listeners_see_every_change_and_one_that_raises_changes_nothing(de
     assert {s.name: s.state for s in rt.states()}["wrap_step"] == "installed"
     failed = [e for e in kit.events("flags.listener_failed") if e["feature"] == "wrap_step"]
     assert failed and "ZeroDivisionError" in failed[0]["error"]
+
+
+def test_armed_means_a_hook_is_registered(project):
+    rt = parent(project)  # built, never armed
+    assert {s.name: s.state for s in rt.states()}["demo_patch"] == "not-armed"
+
+
+def test_audit_reports_an_imported_but_never_installed_target_as_missed(project):
+    from dsv41_flags.runtime import FeatureState
+
+    rt = parent(project)
+    rt.arm()
+    import importlib
+
+    sys.path.insert(0, str(project.dir))
+    try:
+        # the hook is registered; pretend it never fired: the target imported, state still armed
+        rt._disarmed.add("x")  # unrelated name: our feature is not disarmed
+        rt._states["demo_patch"] = FeatureState("demo_patch", "armed", True, "env", project.target)
+        import wrapt
+        wrapt.importer._post_import_hooks.pop(project.target, None)
+        importlib.import_module(project.target)
+        states = {s.name: s for s in rt.audit()}
+        assert states["demo_patch"].state == "missed" and "NOT on" in states["demo_patch"].detail
+    finally:
+        sys.path.remove(str(project.dir))
+
+
+def test_an_unvalidated_declaration_that_the_drift_check_cannot_read_is_a_reported_failure(make_runtime, tmp_path):
+    """Whatever reaches install without validation (a declaration changed after it was checked):
+    the drift check's parse error is ``feature.failed`` (strict: DriftError), not a traceback."""
+    rt = make_runtime("[default]\n", features_dir=tmp_path)
+    module = types.ModuleType("demo_target")
+    bad = {"requires": Feature(name="bad_req", target="demo_target", install=lambda m, c: None,
+                               summary="s", engine=""),
+           "engine": Feature(name="bad_engine", target="demo_target", install=lambda m, c: None,
+                             summary="s", engine="")}
+    object.__setattr__(bad["requires"], "requires", ("X.y(((",))  # frozen: bypassed on purpose
+    object.__setattr__(bad["engine"], "engine", "sglang>=garbage!!")
+    for feature in bad.values():
+        with capture_logs() as logs:
+            st = rt.install(feature, module)
+        assert st.state == "failed", st
+        assert [e["event"] for e in logs] == ["feature.failed"] and logs[0]["feature"] == feature.name
+    strict = make_runtime("[default]\nstrict = true\n", features_dir=tmp_path)
+    strict.value = lambda feature: True  # the flag is on: strict applies
+    with pytest.raises(DriftError, match="drift check on demo_target raised"):
+        strict.install(bad["requires"], module)

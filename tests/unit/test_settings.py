@@ -1,8 +1,17 @@
 """Resolution: profiles, files, variables, provenance, unknown keys (issues 2 and 3)."""
+import json
+import os
+import subprocess
+import threading
+
 import pytest
 
 from dsv41_flags import SettingsError
+from dsv41_flags.runtime import build
 from dsv41_flags.settings import find_settings_files
+
+from ._bounded import no_block
+from ._child import CLI, REPO, clean_env, parent
 
 BASE = """
 [default]
@@ -260,7 +269,10 @@ def test_a_value_not_on_one_line_is_shown_parsed(make_runtime, tmp_path):
 def test_a_settings_path_with_glob_characters_is_read_as_written(tmp_path, name):
     """Dynaconf globs a settings entry holding ``*``, ``?`` or ``[``: a found file is read as that
     exact file, never silently dropped or swapped for another that matches."""
-    import subprocess, sys, json, os
+    import json
+    import os
+    import subprocess
+    import sys
     path = tmp_path / name
     path.parent.mkdir(parents=True)
     path.write_text("[default]\nfolded_fence = true\n")
@@ -270,3 +282,212 @@ def test_a_settings_path_with_glob_characters_is_read_as_written(tmp_path, name)
                           text=True, env=env, timeout=120)
     [fence] = [f for f in json.loads(proc.stdout)["features"] if f["name"] == "folded_fence"]
     assert fence["value"] is True and str(path) in fence["source"], proc.stdout
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda d: os.mkfifo(d / "f.toml"), "is a FIFO, not a regular file"),
+    (lambda d: (d / "f.toml").symlink_to("/dev/zero"), "is a character device, not a regular file"),
+    (lambda d: (d / "f.toml").symlink_to(d / "f.toml"), "symbolic link loop"),
+    (lambda d: (d / "f.toml").write_text("[default]\nx = " + "[" * 20000 + "]" * 20000 + "\n"),
+     "nested too deep"),
+    (lambda d: (d / "f.toml").write_text("[default]\nx = " + "9" * 5000 + "\n"), "is not valid TOML"),
+])
+def test_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason):
+    from dsv41_flags.settings import find_settings_files
+
+    make(tmp_path)
+    with pytest.raises(SettingsError, match=reason) as exc:
+        no_block(find_settings_files, None, {"DSV41_SETTINGS": str(tmp_path / "f.toml")})
+    assert str(tmp_path / "f.toml") in str(exc.value)
+
+
+def test_fifo_local_companion_is_refused(tmp_path):
+    from dsv41_flags.settings import find_settings_files
+
+    (tmp_path / "settings.toml").write_text("[default]\n")
+    os.mkfifo(tmp_path / "settings.local.toml")
+    with pytest.raises(SettingsError, match=r"settings.local.toml \(named by beside .*\) is a FIFO"):
+        no_block(find_settings_files, [tmp_path / "settings.toml"], {})
+
+
+def test_huge_int_variable_is_a_settings_error(project):
+    with pytest.raises(SettingsError, match=r"DEMO_PATCH_N=.*too long: 5000 digits"):
+        parent(project, DSV41_DEMO_PATCH_N="9" * 5000)
+
+
+def test_features_dir_symlink_loop_is_a_settings_error(project, tmp_path):
+    loop = tmp_path / "loopdir"
+    loop.symlink_to(loop)
+    with pytest.raises(SettingsError, match=r"features_dir=.*cannot be resolved: RuntimeError"):
+        build_from_env(project, DSV41_FEATURES_DIR=str(loop))
+
+
+def build_from_env(project, **env):
+    from dsv41_flags.runtime import build
+
+    return build([project.settings], None, environ=dict(env), argv=["prog"], use_snapshot=False,
+                 configure_logging=False)
+
+
+def test_str_option_from_file_and_variable_reaches_install_unchanged(program, program_cli):
+    program.settings.write_text('[default]\ndemo_fix = true\ndemo_fix_tag = " padded "\n'
+                               'demo_fix_names = [" a", "b "]\n')
+    data = json.loads(program_cli("status", "--json").stdout)
+    options = next(f for f in data["features"] if f["name"] == "demo_fix")["options"]
+    assert options["tag"]["value"] == " padded " and options["names"]["value"] == ["a", "b"]
+    data = json.loads(program_cli("status", "--json", env={"DSV41_DEMO_FIX_TAG": "  v ",
+                                                   "DSV41_DEMO_FIX_NAMES": " a,b "}).stdout)
+    options = next(f for f in data["features"] if f["name"] == "demo_fix")["options"]
+    assert options["tag"]["value"] == "  v " and options["names"]["value"] == ["a", "b"]
+
+
+def _build(settings_files):
+    return build(settings_files, None, environ=clean_env(), argv=["serve"], features_dir=REPO / "features",
+                 use_snapshot=False, configure_logging=False)
+
+
+@pytest.mark.parametrize("given", ["abs-str", "path", "rel-str", "tuple", "list-of-path"])
+def test_one_settings_path_or_a_sequence_is_accepted(given, tmp_path, monkeypatch):
+    settings = tmp_path / "s.toml"
+    settings.write_text("[default]\nfolded_fence = true\n")
+    monkeypatch.chdir(tmp_path)
+    value = {"abs-str": str(settings), "path": settings, "rel-str": "s.toml", "tuple": (str(settings),),
+             "list-of-path": [settings]}[given]
+    rt = _build(value)
+    assert rt.resolution.files == (str(settings.resolve()),)
+    assert [f.name for f in rt.armed()] == ["folded_fence"]
+
+
+@pytest.mark.parametrize("value", [42, b"/tmp/s.toml", {"a.toml"}, [1, 2], ["ok.toml", None]])
+def test_a_wrong_settings_files_argument_is_a_settings_error_naming_it(value):
+    with pytest.raises(SettingsError, match=r"settings_files=.* is not accepted: give one path"):
+        _build(value)
+
+
+@pytest.mark.parametrize("how", ["-s", "env"])
+def test_a_settings_path_with_no_file_name_is_refused_cleanly(how):
+    cmd = [CLI, "status"] + (["-s", "/"] if how == "-s" else [])
+    proc = subprocess.run(cmd, env=clean_env(**({"DSV41_SETTINGS": "/"} if how == "env" else {})),
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "ValueError" not in proc.stderr
+    assert "settings file / (named by" in proc.stderr and "is a directory" in proc.stderr
+
+
+def test_hostile_settings_files_arguments_are_settings_errors():
+    class Raises(os.PathLike):
+        def __fspath__(self):
+            raise RuntimeError("boom")
+
+    class Bytes(os.PathLike):
+        def __fspath__(self):
+            return b"/x.toml"
+
+    class BadRepr(list):
+        def __repr__(self):
+            raise RuntimeError("repr boom")
+
+    for value in (Raises(), [Raises()], Bytes(), [Bytes()], BadRepr([1])):
+        with pytest.raises(SettingsError, match="is not accepted: give one path"):
+            _build(value)
+
+
+def test_dynaconf_own_variables_are_ignored_and_reported(make_runtime, tmp_path):
+    other = tmp_path / "other.toml"
+    other.write_text("[default]\nfolded_fence = true\n")
+    rt = make_runtime("[default]\n", env={"DYNACONF_FOLDED_FENCE": "1", "DYNACONF_STRICT": "false",
+                                          "SETTINGS_FILE_FOR_DYNACONF": str(other),
+                                          "ENVIRONMENTS_FOR_DYNACONF": "false", "ENV_FOR_DYNACONF": "tp4"})
+    assert rt.resolution.values["FOLDED_FENCE"].value is False
+    assert rt.resolution.values["FOLDED_FENCE"].source == "declared default"
+    assert rt.resolution.strict is True
+    note = " ".join(rt.resolution.notes)
+    for name in ("DYNACONF_FOLDED_FENCE", "SETTINGS_FILE_FOR_DYNACONF", "ENV_FOR_DYNACONF"):
+        assert name in note
+
+
+@pytest.mark.parametrize("name,content,needle", [
+    ("s.TOML", "[default]\n", "not a *.toml file"),
+    ("s.ini", "[default]\n", "not a *.toml file"),
+    ("settings.toml", "folded_fence = true\n[tp4]\n", "'folded_fence' outside any section"),
+    ("settings.toml", "[global]\nfolded_fence = true\n", "[global] section"),
+    ("settings.toml", b"\xff\xfe[default]\n", "not UTF-8"),
+    ("settings.toml", "[default]\nfolded_fence = \n", "not valid TOML"),
+])
+def test_settings_file_problems(tmp_path, name, content, needle):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SettingsError) as exc:
+        find_settings_files([path], {}, cwd=tmp_path)
+    assert str(path) in str(exc.value) and needle in str(exc.value)
+
+
+def test_bad_local_companion_is_named(tmp_path):
+    (tmp_path / "settings.toml").write_text("[default]\n")
+    (tmp_path / "settings.local.toml").write_text("[default]\nfolded_fence = \n")
+    with pytest.raises(SettingsError) as exc:
+        find_settings_files([tmp_path / "settings.toml"], {}, cwd=tmp_path)
+    assert "settings.local.toml" in str(exc.value) and "not valid TOML" in str(exc.value)
+
+
+def test_nested_variables_are_refused(make_runtime):
+    with pytest.raises(SettingsError, match="DSV41_FINGERPRINT__PREFIXES: nested settings cannot be set"):
+        make_runtime(None, env={"DSV41_FINGERPRINT__PREFIXES": "SGLANG_"})
+
+
+def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
+    """Input 11: another thread writes and reads os.environ while settings load with an explicit
+    environment and with Dynaconf's own variables present: no variable is lost, os.environ is the
+    same object with the same content, and Dynaconf's variables change nothing."""
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\nfolded_fence = false\nautotune_keep = true\n[tp4]\nfolded_fence = true\n")
+    other = tmp_path / "other.toml"
+    other.write_text("[default]\nautotune_keep = false\nfolded_fence = true\n")
+    for name, value in {"DYNACONF_FOLDED_FENCE": "1", "SETTINGS_FILE_FOR_DYNACONF": str(other),
+                        "INCLUDES_FOR_DYNACONF": str(other), "ENVIRONMENTS_FOR_DYNACONF": "false",
+                        "ENV_FOR_DYNACONF": "tp4", "MERGE_ENABLED_FOR_DYNACONF": "false",
+                        "DSV41_AUTOTUNE_KEEP": "0"}.items():
+        monkeypatch.setenv(name, value)
+    environ_object, before = os.environ, dict(os.environ)
+    stop, lost, written = threading.Event(), [], []
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            name = f"T13_IO_{i % 400}"
+            os.environ[name] = str(i)
+            if os.environ.get(name) != str(i):
+                lost.append(name)
+            written.append(name)
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for i in range(8):
+            explicit = build([settings], "tp4" if i % 2 else None,
+                             environ={"DSV41_AUTOTUNE_KEEP": "1", "DYNACONF_X": "1",
+                                      "ENV_FOR_DYNACONF": "tp4"},
+                             features_dir=REPO / "features", use_snapshot=False,
+                             configure_logging=False)
+            ambient = build([settings], None, features_dir=REPO / "features", use_snapshot=False,
+                            configure_logging=False)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert written and not lost
+    for name in set(written):
+        assert name in os.environ
+        monkeypatch.delenv(name)
+    assert os.environ is environ_object and dict(os.environ) == before
+    # Dynaconf's own variables changed nothing; DSV41_* came from the mapping given
+    values = explicit.resolution.values
+    assert values["FOLDED_FENCE"].value is True and values["FOLDED_FENCE"].source.endswith("[tp4]")
+    assert values["AUTOTUNE_KEEP"].value is True
+    assert values["AUTOTUNE_KEEP"].source == "env DSV41_AUTOTUNE_KEEP"
+    assert [s for s, _ in values["AUTOTUNE_KEEP"].chain] == [
+        "declared default", f"{settings} [default]", "env DSV41_AUTOTUNE_KEEP"]
+    amb = ambient.resolution.values
+    assert amb["FOLDED_FENCE"].value is False and amb["FOLDED_FENCE"].source == f"{settings} [default]"
+    assert amb["AUTOTUNE_KEEP"].value is False and amb["AUTOTUNE_KEEP"].chain[-1] == (
+        "env DSV41_AUTOTUNE_KEEP", "0")
+    assert any("SETTINGS_FILE_FOR_DYNACONF" in n for n in ambient.resolution.notes)

@@ -30,3 +30,13 @@ def test_a_preview_of_some_features_lists_them_in_the_order_asked(make_runtime):
     names = list(rt.features)[::-1]
     assert [r["name"] for r in preview(rt, {}, names)] == names
     assert all(r["target_found"] is False and r["missing"] == [] for r in preview(rt, {}))
+
+
+def test_status_renders_the_runtime_states(make_runtime):
+    """``preview`` is the boot's rule: off / fixed-upstream / armed, drifted when armed and the
+    drift found without importing is not empty."""
+    rt = make_runtime(env={"DSV41_FOLDED_FENCE": "1"})
+    states = {s.name: s.state for s in rt.preview({"folded_fence": ["X.y"], "autotune_keep": ["Z"]})}
+    assert states == {"folded_fence": "drifted", "autotune_keep": "off"}
+    assert {s.name: s.state for s in rt.preview({})} == {"folded_fence": "armed", "autotune_keep": "off"}
+    assert rt._states == {}  # nothing recorded, nothing armed

@@ -90,3 +90,38 @@ def test_bounds():
 def test_bad_option_declarations(kwargs, needle):
     with pytest.raises(DeclarationError, match=needle):
         Option(**kwargs)
+
+
+def test_casters_are_total():
+    with pytest.raises(CastError, match="too long: 5000 digits"):
+        cast("int", "9" * 5000)
+    with pytest.raises(CastError):
+        cast("float", "9" * 5000)  # inf: not finite
+    with pytest.raises(CastError):
+        cast("list", [["nested"]])
+
+
+@pytest.mark.parametrize("raw", [" a ", "a ", "\u00a0a", "  ", ""])
+def test_str_option_keeps_its_text_exactly(raw):
+    assert cast("str", raw) == raw
+
+
+def test_choice_numbers_flags_and_list_items_ignore_surrounding_whitespace():
+    assert cast("choice", " b\u00a0", choices=("a", "b")) == "b"
+    assert cast("int", " 5 ") == 5 and cast("float", " 0.5 ") == 0.5 and cast("bool", " on ") is True
+    # list items: the same from a TOML array and from a comma-separated variable
+    assert cast("list", [" x", "y ", " ", ""]) == cast("list", " x,y , ,") == ("x", "y")
+    with pytest.raises(CastError):
+        cast("choice", " c ", choices=("a", "b"))
+
+
+@pytest.mark.parametrize("raw", ["1_0", "\u0663", "1.0", "0x10", ""])
+def test_integers_are_plain_ascii_digits(raw):
+    with pytest.raises(CastError):
+        cast("int", raw)
+
+
+@pytest.mark.parametrize("raw", ["\u0661.5", "1_0.5", "nan", "1e"])
+def test_floats_are_plain_ascii(raw):
+    with pytest.raises(CastError):
+        cast("float", raw)

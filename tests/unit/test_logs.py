@@ -1,13 +1,14 @@
 """Issue 13, inputs 9, 10, 11: logging never breaks the host (stream current at write time,
 errors swallowed and reported once, strict JSON whatever a feature logs, a console renderer that
 cannot raise) and settings loading that never touches ``os.environ``."""
+import fcntl
 import json
 import math
 import os
 import subprocess
 import sys
 import textwrap
-import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 from structlog.testing import capture_logs
 
 from dsv41_flags.logs import HEALTH, strict_dumps
-from dsv41_flags.runtime import build
+
+from ._child import CLI, event_names, run_cmd
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -219,104 +221,6 @@ def test_strict_dumps_survives_cycles_and_deep_nesting():
     assert strict_loads(strict_dumps({"a": a, "deep": deep}))["a"] == ["<cycle>"]
 
 
-# --------------------------------------------------------------------------------- input 11
-def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
-    """Input 11: another thread writes and reads os.environ while settings load with an explicit
-    environment and with Dynaconf's own variables present: no variable is lost, os.environ is the
-    same object with the same content, and Dynaconf's variables change nothing."""
-    settings = tmp_path / "settings.toml"
-    settings.write_text("[default]\nfolded_fence = false\nautotune_keep = true\n[tp4]\nfolded_fence = true\n")
-    other = tmp_path / "other.toml"
-    other.write_text("[default]\nautotune_keep = false\nfolded_fence = true\n")
-    for name, value in {"DYNACONF_FOLDED_FENCE": "1", "SETTINGS_FILE_FOR_DYNACONF": str(other),
-                        "INCLUDES_FOR_DYNACONF": str(other), "ENVIRONMENTS_FOR_DYNACONF": "false",
-                        "ENV_FOR_DYNACONF": "tp4", "MERGE_ENABLED_FOR_DYNACONF": "false",
-                        "DSV41_AUTOTUNE_KEEP": "0"}.items():
-        monkeypatch.setenv(name, value)
-    environ_object, before = os.environ, dict(os.environ)
-    stop, lost, written = threading.Event(), [], []
-
-    def writer():
-        i = 0
-        while not stop.is_set():
-            name = f"T13_IO_{i % 400}"
-            os.environ[name] = str(i)
-            if os.environ.get(name) != str(i):
-                lost.append(name)
-            written.append(name)
-            i += 1
-
-    thread = threading.Thread(target=writer)
-    thread.start()
-    try:
-        for i in range(8):
-            explicit = build([settings], "tp4" if i % 2 else None,
-                             environ={"DSV41_AUTOTUNE_KEEP": "1", "DYNACONF_X": "1",
-                                      "ENV_FOR_DYNACONF": "tp4"},
-                             features_dir=REPO / "features", use_snapshot=False,
-                             configure_logging=False)
-            ambient = build([settings], None, features_dir=REPO / "features", use_snapshot=False,
-                            configure_logging=False)
-    finally:
-        stop.set()
-        thread.join(10)
-    assert written and not lost
-    for name in set(written):
-        assert name in os.environ
-        monkeypatch.delenv(name)
-    assert os.environ is environ_object and dict(os.environ) == before
-    # Dynaconf's own variables changed nothing; DSV41_* came from the mapping given
-    values = explicit.resolution.values
-    assert values["FOLDED_FENCE"].value is True and values["FOLDED_FENCE"].source.endswith("[tp4]")
-    assert values["AUTOTUNE_KEEP"].value is True
-    assert values["AUTOTUNE_KEEP"].source == "env DSV41_AUTOTUNE_KEEP"
-    assert [s for s, _ in values["AUTOTUNE_KEEP"].chain] == [
-        "declared default", f"{settings} [default]", "env DSV41_AUTOTUNE_KEEP"]
-    amb = ambient.resolution.values
-    assert amb["FOLDED_FENCE"].value is False and amb["FOLDED_FENCE"].source == f"{settings} [default]"
-    assert amb["AUTOTUNE_KEEP"].value is False and amb["AUTOTUNE_KEEP"].chain[-1] == (
-        "env DSV41_AUTOTUNE_KEEP", "0")
-    assert any("SETTINGS_FILE_FOR_DYNACONF" in n for n in ambient.resolution.notes)
-
-
-# --------------------------------------------------------------------------------- input 12
-def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime):
-    """Input 12 (logic; the engine tier runs it on 2 gloo ranks through sglang's own path): the
-    mode is part of the view, a disagreement on it is a row of the table, and every rank acts on
-    the strictest mode any rank holds."""
-    from dsv41_flags.rank_guard import compare, effective_mode, rank_view
-
-    on = make_runtime("[default]\nautotune_keep = true\nrank_guard = \"raise\"\n")
-    off = make_runtime("[default]\nautotune_keep = true\nrank_guard = \"off\"\n")
-    views = [rank_view(on), rank_view(off)]
-    assert [v["rank_guard"] for v in views] == ["raise", "off"]
-    assert compare(views) == [("rank_guard", {0: "raise", 1: "off"})]
-    assert effective_mode(views) == "raise"
-    assert effective_mode([rank_view(off), rank_view(off)]) == "off"
-    assert compare([rank_view(off), rank_view(off)]) == []
-    warn = make_runtime("[default]\nautotune_keep = false\n", env={"DSV41_RANK_GUARD": "warn"})
-    assert effective_mode([rank_view(off), rank_view(warn)]) == "warn"
-    assert [k for k, _ in compare([rank_view(on), rank_view(warn)])] == [
-        "armed", "rank_guard", "AUTOTUNE_KEEP"]
-    # a rank whose activation failed (non-strict, no runtime) still answers: a mismatch, and it
-    # defers to the other ranks' mode
-    from dsv41_flags.rank_guard import unavailable_view
-
-    views = [rank_view(on), unavailable_view("SettingsError: bad value")]
-    assert compare(views)[0] == ("armed", {0: ["autotune_keep"],
-                                           1: "<not activated: SettingsError: bad value>"})
-    assert effective_mode(views) == "raise"
-
-
-def test_fingerprint_table_through_a_variable_is_refused_not_ignored(make_runtime):
-    """With Dynaconf blind to variables, ``DSV41_FINGERPRINT`` would be silently unread: it is an
-    error naming the variable and where to set the table instead."""
-    from dsv41_flags import SettingsError
-
-    with pytest.raises(SettingsError, match=r"DSV41_FINGERPRINT.*\[default.fingerprint\]"):
-        make_runtime("[default]\n", env={"DSV41_FINGERPRINT": '{volatile = ["X"]}'})
-
-
 def test_strict_dumps_survives_hostile_containers_and_huge_ints():
     class BadDict(dict):
         def items(self):
@@ -331,3 +235,113 @@ def test_strict_dumps_survives_hostile_containers_and_huge_ints():
                                      "k": {frozenset({1}): 2}}))
     assert out["d"] == "{'a': 1}" and out["i"].startswith("<int of ") and out["k"] == {"frozenset({1})": 2}
     assert sorted(map(str, out["s"])) == ["1", "<unrepresentable Unsortable>"]
+
+
+@pytest.mark.parametrize("how", ["env_warning", "settings_error", "host_structlog_warning"])
+def test_report_is_emitted_whatever_the_level_filter(run_program, how):
+    env = dict(run_program.env)
+    if how == "env_warning":
+        env["DSV41_LOG_LEVEL"] = "warning"
+    elif how == "settings_error":
+        run_program.settings.write_text(run_program.settings.read_text() + 'log_level = "error"\n')
+    else:  # a host that configured structlog at WARNING first, in its own sitecustomize
+        site = run_program.dir / "usersite"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "import logging, structlog\n"
+            "structlog.configure(processors=[structlog.processors.add_log_level,"
+            " structlog.processors.JSONRenderer()],"
+            " wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),"
+            " logger_factory=structlog.PrintLoggerFactory(__import__('sys').stderr))\n")
+        env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
+    proc = run_cmd([CLI, "run", "--", sys.executable, "r.py"], env, run_program.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "patched"
+    events = event_names(proc.stderr)
+    assert "flags.resolved" in events and "feature.installed" in events, proc.stderr
+    assert "demo_cap.own_info" not in events  # the feature's own info line: filtered as asked
+
+
+CHILD = """
+import sys, json
+import dsv41_flags
+from dsv41_flags.logs import HEALTH
+rt = dsv41_flags.activate()
+print(json.dumps(HEALTH.as_dict()), flush=True)
+sys.stdin.readline()                  # the parent drained the pipe
+rt.log.info("after.drain")
+print(json.dumps(HEALTH.as_dict()), flush=True)
+"""
+
+
+def test_full_nonblocking_stderr_pipe_loss_is_counted_and_reported(run_program):
+    r, w = os.pipe()
+    fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
+    filled = 0
+    try:
+        while True:
+            filled += os.write(w, b"x" * 65536)
+    except BlockingIOError:
+        pass
+    env = {**run_program.env, "DSV41_DEMO_CAP": "false"}
+    start = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, cwd=run_program.dir, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=w, text=True)
+    os.close(w)
+    try:
+        first = json.loads(child.stdout.readline())
+        took = time.monotonic() - start
+        drained = b""
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_NONBLOCK)
+        try:
+            while True:
+                chunk = os.read(r, 1 << 20)
+                if not chunk:
+                    break
+                drained += chunk
+        except BlockingIOError:
+            pass
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        second = json.loads(child.stdout.readline())
+        child.wait(timeout=60)
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        rest = b""
+        while True:
+            chunk = os.read(r, 1 << 20)
+            if not chunk:
+                break
+            rest += chunk
+    finally:
+        os.close(r)
+        child.kill()
+    assert b"flags.resolved" not in drained and len(drained) >= filled  # it was really full
+    assert first["errors"] >= 1 and "not written" in first["last_error"], first
+    assert took < 60
+    lines = [json.loads(x) for x in rest.decode().splitlines() if x.startswith("{")]
+    reported = [e for e in lines if e["event"] == "log.errors"]
+    assert reported and reported[0]["errors"] >= 1, rest
+    assert "after.drain" in [e["event"] for e in lines]
+    assert second["errors"] == first["errors"]  # reported once, nothing more lost
+
+
+STDLIB_HOST = """
+import logging, structlog, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stdout, format="%(levelname)s %(message)s")
+structlog.configure(processors=[structlog.stdlib.filter_by_level, structlog.processors.JSONRenderer()],
+                    logger_factory=structlog.stdlib.LoggerFactory(), wrapper_class=structlog.stdlib.BoundLogger)
+from dsv41_flags.logs import get_logger
+get_logger().info("flags.resolved", armed=[])
+get_logger(report=False).info("feature.own_info")
+get_logger(report=False).warning("feature.own_warning")
+"""
+
+
+def test_report_passes_a_host_stdlib_logging_setup_at_warning():
+    """A host routing structlog into ``logging`` at WARNING (filter_by_level, stdlib logger level):
+    the report still reaches the host's handlers; the features' own info lines do not."""
+    proc = subprocess.run([sys.executable, "-c", STDLIB_HOST], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["INFO", "WARNING"], lines
+    assert "flags.resolved" in lines[0] and "feature.own_warning" in lines[1]

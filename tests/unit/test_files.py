@@ -1,0 +1,51 @@
+"""``dsv41_flags.files.read_regular``: the one bounded, non-blocking file reader refuses what is
+not a small regular file (FIFO, device, directory, a link it must not follow, over its cap, a link
+loop), naming the path and why; it never blocks."""
+
+import os
+
+import pytest
+
+from dsv41_flags.files import FileRefused, read_regular
+
+from ._bounded import no_block
+
+
+def test_read_regular_refuses_fifo_device_dir_symlink_and_oversize(tmp_path):
+    fifo = tmp_path / "f.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(FileRefused, match="is a FIFO, not a regular file"):
+        no_block(read_regular, fifo, 100)
+    with pytest.raises(FileRefused, match="is a character device, not a regular file"):
+        read_regular("/dev/zero", 100)
+    with pytest.raises(FileRefused, match="is a directory, not a regular file"):
+        read_regular(tmp_path, 100)
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 101)
+    with pytest.raises(FileRefused, match="101 bytes, over the limit of 100 bytes"):
+        read_regular(big, 100)
+    link = tmp_path / "link"
+    link.symlink_to(big)
+    assert read_regular(link, 200) == b"x" * 101
+    with pytest.raises(FileRefused, match="symbolic link, which is not followed"):
+        read_regular(link, 200, follow_symlinks=False)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(FileRefused, match="symbolic link loop"):
+        read_regular(loop, 200)
+
+
+def test_read_regular_refuses_what_is_not_a_small_regular_file(tmp_path):
+    """The public reader features use (``_files.read_regular``): never blocks, never follows a
+    link it must not, never reads past its cap."""
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    cases = {"FIFO": (fifo, 10, True), "directory": (tmp_path, 10, True),
+             "over the limit": (tmp_path / "x", 4, True), "symbolic link": (tmp_path / "l", 5, False)}
+    (tmp_path / "x").write_bytes(b"12345")
+    (tmp_path / "l").symlink_to(tmp_path / "x")
+    for why, (path, cap, follow) in cases.items():
+        with pytest.raises(OSError) as exc:
+            read_regular(path, max_bytes=cap, follow_symlinks=follow)
+        assert why in str(exc.value) and str(path) in str(exc.value)
+    assert read_regular(tmp_path / "l", max_bytes=5) == b"12345"
