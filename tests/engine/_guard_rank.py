@@ -1,4 +1,4 @@
-"""One rank of the hang-free rank guard test (issue 13, input 12), run as its own process by
+"""One rank of the hang-free rank guard test, run as its own process by
 test_rank_guard_sglang.py. Everything is sglang 0.5.23's own path, nothing stubbed:
 
 1. ``load_plugins()``: sglang's loader runs the dsv41_flags entry point, which activates the

@@ -166,7 +166,7 @@ def test_e_disagreeing_ranks_set_caches_aside_never_delete(ranks):
 
 
 def test_f_read_only_directory_never_crashes_the_gate(ranks):
-    """Issue 15 input 5 on the real gate: caches of another launch in a read-only directory
+    """On the real gate: caches of another launch in a read-only directory
     (EROFS injected at the os calls) are reported and left in place; the gate does not raise."""
     for r, f in enumerate(both(ranks, "f")):
         assert f["raised"] is None, f"rank {r}: {f['raised']}"

@@ -1,5 +1,5 @@
-"""autotune_keep on the real ``flashinfer_autotune`` against hostile caches and sidecars (issue 16,
-input 1): valid JSON of the wrong shape, nesting deep enough to exhaust the parser, FIFOs, a
+"""autotune_keep on the real ``flashinfer_autotune`` against hostile caches and sidecars: valid
+JSON of the wrong shape, nesting deep enough to exhaust the parser, FIFOs, a
 symbolic link to ``/dev/zero``. The patched digest never raises into the engine, never hangs, and
 never holds the cache's lock forever: each such cache is of no launch and is set aside."""
 from __future__ import annotations

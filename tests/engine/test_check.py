@@ -1,4 +1,4 @@
-"""Engine tier, drift caught before serving (issue 6): the static check against the real
+"""Engine tier, drift caught before serving: the static check against the real
 sglang 0.5.23 source, without importing the engine."""
 import json
 import sys

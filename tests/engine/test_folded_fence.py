@@ -172,7 +172,7 @@ def _feature(rt):
 
 # ------------------------------------------------------------------------------------ tests
 def test_flag_off_installs_bypassed_and_the_folded_results_alias_the_buffers(make_runtime, rig):
-    """folded_fence is live (issue 12): off at boot, its patch is in place but bypassed, and the
+    """folded_fence is live: off at boot, its patch is in place but bypassed, and the
     engine behaves exactly as unpatched."""
     rt = make_runtime(env={})
     rt.arm()
@@ -317,7 +317,7 @@ def test_eager_path_result_is_returned_unchanged(make_runtime, rig):
 
 
 def test_live_switch_changes_the_next_folded_read_without_re_patching(make_runtime, rig):
-    """Issue 12, on the real target: switched on while 'serving', the very next folded read is
+    """On the real target: switched on while 'serving', the very next folded read is
     detached from the verify buffers; switched off, the next one aliases them again."""
     rt = make_runtime(env={})
     rt.arm()

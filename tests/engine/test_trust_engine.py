@@ -1,4 +1,4 @@
-"""Engine tier, activation you can trust (issue 13, items 1, 13, 14) on the real sglang 0.5.23:
+"""Engine tier, activation's error policy on the real sglang 0.5.23:
 sglang's own ``load_plugins()`` with a malformed snapshot or a settings error, and the real
 ``sglang.launch_server`` launch (tp 2 on CPU), plain and under ``dsv41-flags run --``."""
 from __future__ import annotations
@@ -42,8 +42,8 @@ LOAD = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('BOOT
 
 
 @pytest.mark.parametrize("extra,cause", [
-    ({"DSV41_FOLDED_FENCE": "1", "DSV41_SNAPSHOT": '{"v":1}'}, "schema version"),     # item 1
-    ({"DSV41_FOLDED_FENCE": "maybe"}, "DSV41_FOLDED_FENCE='maybe'"),                  # item 13
+    ({"DSV41_FOLDED_FENCE": "1", "DSV41_SNAPSHOT": '{"v":1}'}, "schema version"),     # a malformed snapshot
+    ({"DSV41_FOLDED_FENCE": "maybe"}, "DSV41_FOLDED_FENCE='maybe'"),                  # a settings error
 ])
 def test_real_load_plugins_stops_with_a_flags_error(extra, cause):
     proc = subprocess.run([sys.executable, "-c", LOAD], env=_env(**extra), capture_output=True,
@@ -69,7 +69,7 @@ def test_real_load_plugins_non_strict_runs_and_says_what_is_on():
 
 
 def _launch(tmp_path: Path, wrap: list[str]):
-    """Start the launch of issue 13 item 14 in its own process group; returns (Popen, stderr path)."""
+    """Start the real ``sglang.launch_server`` launch (tp 2 on CPU, after ``wrap``) in its own process group; returns (Popen, stderr path)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     model = tmp_path / "model"
     model.mkdir()

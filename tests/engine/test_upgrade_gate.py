@@ -1,4 +1,4 @@
-"""Engine tier, the upgrade gate (issue 14): ``dsv41-flags check --engine`` on real sglang wheels
+"""Engine tier, the upgrade gate: ``dsv41-flags check --engine`` on real sglang wheels
 read in place (never installed, never imported), and on a source tree.
 
 The wheels (13-39 MB each) are fetched once with ``pip download --no-deps`` into the stable cache

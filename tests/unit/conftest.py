@@ -4,7 +4,6 @@ CLI run on it), ``run_program`` (a program run under ``dsv41-flags run`` whose f
 
 import os
 import sys
-import textwrap
 import uuid
 
 import pytest
@@ -12,39 +11,25 @@ from typer.testing import CliRunner
 
 from dsv41_flags.cli import app
 
-from ._child import FEATURE, PROGRAM_FEATURE
+from ._child import FEATURE, PROGRAM_FEATURE, make_project
 
 
 @pytest.fixture
 def project(tmp_path):
-    """A target module, a features dir with one feature (an int option ``n`` in [1, 8]) patching
-    it, a settings file arming it, and a clean environment for subprocesses."""
-    target = f"demo_engine_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
-    feats = tmp_path / "features"
-    feats.mkdir()
-    (feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(target)))
-    settings = tmp_path / "settings.toml"
-    settings.write_text("[default]\ndemo_patch = true\ndemo_patch_n = 5\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(settings), PYTHONPATH=str(tmp_path), DSV41_LOG_FORMAT="json")
-    yield type("Demo", (), {"dir": tmp_path, "feats": feats, "settings": settings, "env": env,
-                            "target": target})
-    sys.modules.pop(target, None)
+    """A target module, a features dir with one feature (``demo_patch``: an int option ``n`` in
+    [1, 8]) patching it, a settings file arming it (``n = 5``), and a clean environment for
+    subprocesses (``_child.make_project``)."""
+    project = make_project(tmp_path, "demo_patch", FEATURE, "[default]\ndemo_patch = true\ndemo_patch_n = 5\n")
+    yield project
+    sys.modules.pop(project.target, None)
 
 
 @pytest.fixture
 def program(tmp_path):
-    """A user's own target module and a feature patching it (engine=""), settings, a clean env."""
-    target = f"trial_engine_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
-    (tmp_path / "features").mkdir()
-    (tmp_path / "features" / "demo_fix.py").write_text(PROGRAM_FEATURE.replace("TARGET", repr(target)))
-    settings = tmp_path / "settings.toml"
-    settings.write_text("[default]\ndemo_fix = true\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(settings), PYTHONPATH=str(tmp_path), DSV41_LOG_FORMAT="json")
-    return type("Launch", (), {"dir": tmp_path, "target": target, "settings": settings, "env": env})
+    """A user's own target module and a feature patching it (``demo_fix``, engine=""), settings
+    arming it, a clean env."""
+    return make_project(tmp_path, "demo_fix", PROGRAM_FEATURE, "[default]\ndemo_fix = true\n",
+                        target=f"program_engine_{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture
@@ -63,23 +48,22 @@ def program_cli(monkeypatch, program):
     return invoke
 
 
+#: ``demo_cap``: logs its own info line ``demo_cap.own_info`` at install, patches ``Worker.forward``
+CAP_FEATURE = """
+from dsv41_flags import Feature
+def install(module, ctx):
+    ctx.log.info("demo_cap.own_info")
+    ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
+FEATURE = Feature(name="demo_cap", target=TARGET, install=install, summary="demo",
+                  requires=("Worker.forward",), engine="")
+"""
+
+
 @pytest.fixture
 def run_program(tmp_path):
-    target = f"demo_engine_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
-    feats = tmp_path / "features"
-    feats.mkdir()
-    (feats / "demo_cap.py").write_text(textwrap.dedent(f"""
-        from dsv41_flags import Feature
-        def install(module, ctx):
-            ctx.log.info("demo_cap.own_info")
-            ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
-        FEATURE = Feature(name="demo_cap", target={target!r}, install=install, summary="demo",
-                          requires=("Worker.forward",), engine="")
-    """))
-    settings_file = tmp_path / "settings.toml"
-    settings_file.write_text(f'[default]\ndemo_cap = true\nfeatures_dir = "{feats}"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(settings_file), PYTHONPATH=str(tmp_path), DSV41_LOG_FORMAT="json")
-    (tmp_path / "r.py").write_text(f"import {target}\nprint({target}.Worker().forward())\n")
-    return type("Launch", (), {"dir": tmp_path, "target": target, "env": env, "settings": settings_file})
+    """A program ``r.py`` importing a target patched by ``demo_cap`` (whose install logs its own info
+    line), settings arming it with ``features_dir`` named, and a clean env."""
+    program = make_project(tmp_path, "demo_cap", CAP_FEATURE,
+                           '[default]\ndemo_cap = true\nfeatures_dir = "FEATURES_DIR"\n')
+    (tmp_path / "r.py").write_text(f"import {program.target}\nprint({program.target}.Worker().forward())\n")
+    return program

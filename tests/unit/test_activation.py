@@ -1,5 +1,7 @@
-"""Activation you can trust (issue 13, items 1-8, 13, 14): the launch value and its codec, the
-error policy of every entry, once per process (threads, fork, retry, uninstall), truthful audit.
+"""``activate()`` (``activation.py``): the error policy of every entry (the plugin, the bootstrap,
+a direct call: a ``flags.error`` event, exit status 3 in strict mode, a fallback said otherwise),
+once per process (threads, fork, retry, a fork or an interrupt during activation), roles and ranks
+read before the first event, the audit, and a child from the snapshot importing only what it uses.
 
 Tests that need a whole process (activate, fork, threads, the plugin and bootstrap entries) run
 it as a fresh interpreter, so the test process's own environment and runtime stay untouched."""
@@ -14,7 +16,7 @@ from dsv41_flags.launcher import BOOTSTRAP_DIR
 from dsv41_flags.runtime import build
 
 from ..conftest import REPO_SETTINGS
-from ._child import FEATURE, REPO, clean_env, events, run_py
+from ._child import FEATURE, REPO, clean_env, event_names, events, run_code, run_py
 
 
 # ------------------------------------------------------------------ error policy, every entry
@@ -49,6 +51,18 @@ def test_malformed_snapshot_under_the_bootstrap_never_runs_unpatched(project):
     assert [e["event"] for e in events(proc.stderr)][:2] == ["flags.resolved", "snapshot.refused"]
 
 
+#: the plugin entry in a process whose resolution raises a ZeroDivisionError (an internal error)
+BROKEN_RESOLUTION = """
+import dsv41_flags.runtime as r
+def broken(*a, **k):
+    raise ZeroDivisionError("internal")
+r.resolve_launch = broken
+import dsv41_flags_plugin as _plugin
+_plugin.load()
+print("BOOTED")
+"""
+
+
 def test_any_exception_while_activating_is_a_flags_error_and_exit_3(project):
     # an install that raises something that is not a FlagsError, target already imported
     (project.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(project.target)).replace(
@@ -64,28 +78,12 @@ def test_any_exception_while_activating_is_a_flags_error_and_exit_3(project):
     assert "MemoryError: boom" in err["cause"]
     assert {s["name"]: s["state"] for s in err["states"]}["demo_patch"] == "failed"
     # a non-FlagsError raised by the framework's own code path (an unreadable features dir entry)
-    proc = run_py(project, """
-        import dsv41_flags.runtime as r
-        def broken(*a, **k):
-            raise ZeroDivisionError("internal")
-        r.resolve_launch = broken
-        import dsv41_flags_plugin as _plugin
-        _plugin.load()
-        print("BOOTED")
-    """)
+    proc = run_py(project, BROKEN_RESOLUTION)
     assert proc.returncode == 3 and "BOOTED" not in proc.stdout
     (err,) = [e for e in events(proc.stderr) if e["event"] == "flags.error"]
     assert err["internal"] is True and "ZeroDivisionError: internal" in err["cause"]
     # non-strict: the process runs, the event says nothing is applied
-    proc = run_py(project, """
-        import dsv41_flags.runtime as r
-        def broken(*a, **k):
-            raise ZeroDivisionError("internal")
-        r.resolve_launch = broken
-        import dsv41_flags_plugin as _plugin
-        _plugin.load()
-        print("BOOTED")
-    """, DSV41_STRICT="0")
+    proc = run_py(project, BROKEN_RESOLUTION, DSV41_STRICT="0")
     assert proc.returncode == 0 and "BOOTED" in proc.stdout
     (err,) = [e for e in events(proc.stderr) if e["event"] == "flags.error"]
     assert err["strict"] is False and "no feature is applied" in err["outcome"]
@@ -192,7 +190,7 @@ def test_audit_lost_follows_what_the_engine_would_call(project):
     assert proc.stdout.split() == ["lost", "Worker.forward"]
 
 
-# ------------------------------------------------------------------ item 14: roles and ranks
+# ------------------------------------------------------------------ roles and ranks
 def test_plugin_reads_ranks_before_the_first_event(project):
     proc = run_py(project, f"""
         import {project.target}
@@ -315,6 +313,7 @@ def test_direct_activate_failure_says_it_raised_to_the_caller(tmp_path):
     assert "exit status" not in err["outcome"]
 
 
+#: what a child activating from the snapshot must not import (it uses none of it)
 CHILD_MUST_NOT_IMPORT = ("dynaconf", "tomllib", "typer", "click", "dsv41_flags.settings",
                          "dsv41_flags.cli", "dsv41_flags.upgrade_gate.static_check",
                          "dsv41_flags.upgrade_gate", "multiprocessing")
@@ -351,9 +350,6 @@ def test_second_activate_with_other_arguments_warns():
             "a = dsv41_flags.activate()\n"
             "b = dsv41_flags.activate(profile='tp4')\n"
             "print(a is b, a.resolution.profile)\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(REPO_SETTINGS), DSV41_LOG_FORMAT="json")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    proc = run_code(code, clean_env(DSV41_SETTINGS=str(REPO_SETTINGS), DSV41_LOG_FORMAT="json"), None, timeout=60)
     assert proc.stdout.split() == ["True", "default"]
-    assert any(json.loads(line)["event"] == "activate.arguments_ignored"
-               for line in proc.stderr.splitlines() if line.startswith("{"))
+    assert "activate.arguments_ignored" in event_names(proc.stderr)

@@ -1,5 +1,6 @@
 """autotune_keep's file handling (no engine): moved aside, never deleted beyond keep_old; safe on
-shared, read-only and hostile directories (issue 15)."""
+shared, read-only and hostile directories; hostile cache and sidecar files are set aside
+without raising or blocking."""
 import errno
 import json
 import multiprocessing
@@ -44,7 +45,6 @@ def test_set_aside_keeps_distinct_bounded_copies(make_runtime, tmp_path):
         [f"reason {i}" for i in range(5)]
 
 
-# ----------------------------------------------------------------------------- issue 15
 HERE = Path(__file__).resolve().parent
 
 
@@ -93,7 +93,7 @@ def test_feature_uses_only_the_public_api():
 
 
 def test_race_engines_sharing_one_cache_directory(tmp_path):
-    """Input 4: four engines (processes) with differing launches boot against one cache path,
+    """Four engines (processes) with differing launches boot against one cache path,
     40 rounds each: no exception, and no cache lost outright (every saved entry is in the cache
     or in a set-aside copy)."""
     ctx = multiprocessing.get_context("spawn")
@@ -132,7 +132,7 @@ def test_race_engines_sharing_one_cache_directory(tmp_path):
 
 
 def test_boot_digest_tolerates_a_cache_vanishing_under_it(feature, tmp_path, monkeypatch, log):
-    """Input 4, the kind: every step between deciding and moving may find the file gone."""
+    """Every step between deciding and moving may find the file gone."""
     mod, fp = feature
     cache = _cache(tmp_path, _other_fingerprint(fp))
     real = os.replace
@@ -151,7 +151,7 @@ def test_boot_digest_tolerates_a_cache_vanishing_under_it(feature, tmp_path, mon
 
 @pytest.mark.parametrize("err", [errno.EROFS, errno.EACCES])
 def test_read_only_directory_stale_cache_reported_and_left(feature, tmp_path, monkeypatch, err, log):
-    """Input 5: a read-only directory (image-baked caches). Faults root cannot produce are
+    """A read-only directory (image-baked caches). Faults root cannot produce are
     injected at the os call. A stale cache is reported (autotune_keep.read_only), stays in place,
     and the stock digest decides as without the feature; nothing raises."""
     mod, fp = feature
@@ -179,7 +179,7 @@ def test_read_only_directory_stale_cache_reported_and_left(feature, tmp_path, mo
 
 
 def test_read_only_directory_matching_cache_is_kept(feature, tmp_path, monkeypatch, log):
-    """Input 5: a matching pre-tuned cache in a read-only directory is used: a non-empty digest,
+    """A matching pre-tuned cache in a read-only directory is used: a non-empty digest,
     no write, no event."""
     mod, fp = feature
     cache = _cache(tmp_path, fp)
@@ -214,7 +214,7 @@ def test_full_disk_sidecar_reported_not_raised(feature, tmp_path, monkeypatch, l
 
 
 def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path, log):
-    """Input 6: the link's target is never replaced."""
+    """The link's target is never replaced."""
     mod, fp = feature
     cache = _cache(tmp_path)
     victim = tmp_path / "victim.txt"
@@ -230,7 +230,7 @@ def test_symlinked_sidecar_is_refused_not_written_through(feature, tmp_path, log
 
 
 def test_symlinked_cache_is_moved_as_a_link(feature, tmp_path, log):
-    """Input 6, the kind: moving a stale cache that is a link moves the link, not its target."""
+    """Moving a stale cache that is a link moves the link, not its target."""
     mod, fp = feature
     real = tmp_path / "elsewhere.json"
     real.write_text('{"k": 1}')
@@ -241,7 +241,7 @@ def test_symlinked_cache_is_moved_as_a_link(feature, tmp_path, log):
 
 
 def test_sidecar_created_with_the_kernel_mode_never_touching_umask(feature, tmp_path, monkeypatch):
-    """Input 7: no umask(0)/umask(old) window: os.umask is never called, and files created by
+    """No umask(0)/umask(old) window: os.umask is never called, and files created by
     other threads meanwhile keep the umask's mode."""
     mod, fp = feature
     old = os.umask(0o022)
@@ -275,7 +275,7 @@ def test_sidecar_created_with_the_kernel_mode_never_touching_umask(feature, tmp_
 
 
 def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path, log):
-    """Input 8: temporaries of crashed writes (a dead pid, or older than a launch) are removed at
+    """Temporaries of crashed writes (a dead pid, or older than a launch) are removed at
     boot; a live writer's fresh one is kept."""
     mod, fp = feature
     cache = _cache(tmp_path, fp)
@@ -301,7 +301,7 @@ def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path, log):
 
 
 def test_crashed_sidecar_write_leaves_nothing(feature, tmp_path, monkeypatch):
-    """Input 8: a write that fails leaves no temporary (and a killed one is cleaned next boot)."""
+    """A write that fails leaves no temporary (and a killed one is cleaned next boot)."""
     mod, fp = feature
 
     def crash(fd):
@@ -314,7 +314,7 @@ def test_crashed_sidecar_write_leaves_nothing(feature, tmp_path, monkeypatch):
 
 
 def test_before_save_drops_another_launchs_sidecar(feature, tmp_path, log):
-    """Input 4, the kind: a sidecar written by another engine while this one tuned would pair
+    """A sidecar written by another engine while this one tuned would pair
     the cache this launch saves with a fingerprint it does not belong to: dropped first (a
     missing sidecar only makes a concurrent boot set the cache aside); this launch's is kept."""
     mod, fp = feature

@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+from ._child import clean_env, events, run_code, write_project
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
 
 FEATURE = """
@@ -26,33 +28,15 @@ FEATURE = Feature(name="demo_fix", target={target!r}, install=install, summary="
 def _project(tmp_path, *, target="demo_target", body="def f():\n    return 'stock'\n",
              strict=True, live=False, log_format="json"):
     """A settings file arming ``demo_fix`` on ``target``; returns the environment for a process."""
-    (tmp_path / f"{target}.py").write_text(body)
-    feats = tmp_path / "features"
-    feats.mkdir(exist_ok=True)
-    (feats / "demo_fix.py").write_text(FEATURE.format(target=target, live=live))
-    (tmp_path / "settings.toml").write_text(
-        f'[default]\ndemo_fix = true\nstrict = {str(strict).lower()}\nfeatures_dir = "{feats}"\n'
-        f'log_format = "{log_format}"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
+    project = write_project(tmp_path, "demo_fix", FEATURE.format(target=target, live=live),
+                            f'[default]\ndemo_fix = true\nstrict = {str(strict).lower()}\n'
+                            f'features_dir = "FEATURES_DIR"\nlog_format = "{log_format}"\n',
+                            target=target, target_source=body)
+    env = clean_env()
     path = os.pathsep.join([str(tmp_path)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env.update(DSV41_SETTINGS=str(tmp_path / "settings.toml"), PYTHONPATH=path,
+    env.update(DSV41_SETTINGS=str(project.settings), PYTHONPATH=path,
                HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"))
     return env
-
-
-def _run(code, env, cwd, timeout=120):
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def _events(stderr):
-    out = []
-    for line in stderr.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
 
 
 # ------------------------------------------------------------ a fork after a pending install
@@ -95,21 +79,21 @@ def test_a_fork_after_a_pending_install_gives_the_child_the_patch(tmp_path, how)
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "child 0", (proc.stdout, proc.stderr)
-    assert "feature.installed" in [e.get("event") for e in _events(proc.stderr)]
+    assert "feature.installed" in [e.get("event") for e in events(proc.stderr)]
 
 
 # ------------------------------------------- logging holds from the first line of a launch child
 @pytest.mark.parametrize("log_format", ["json", "console"])
 def test_a_child_of_a_launch_logs_in_its_format_from_the_first_line(tmp_path, log_format):
     env = _project(tmp_path, log_format=log_format)
-    parent = _run("""
+    parent = run_code("""
         import os, dsv41_flags
         rt = dsv41_flags.activate()
         print(os.environ["DSV41_SNAPSHOT"])
     """, env, tmp_path)
     assert parent.returncode == 0, parent.stderr
     env["DSV41_SNAPSHOT"] = parent.stdout.strip()
-    child = _run("import dsv41_flags\ndsv41_flags.activate()\n", env, tmp_path)
+    child = run_code("import dsv41_flags\ndsv41_flags.activate()\n", env, tmp_path)
     assert child.returncode == 0, child.stderr
     first = re.sub(r"\x1b\[[0-9;]*m", "", child.stderr.splitlines()[0])  # console colours
     assert "feature.module_imported" in first, child.stderr
@@ -132,7 +116,7 @@ print(demo_target.f())
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_child_of_a_launch_without_the_snapshot_says_so(tmp_path, strict):
     env = _project(tmp_path, strict=strict)
-    parent = _run("""
+    parent = run_code("""
         import os, dsv41_flags
         dsv41_flags.activate()
         print(os.environ["DSV41_LAUNCH"])
@@ -147,31 +131,31 @@ def test_a_child_of_a_launch_without_the_snapshot_says_so(tmp_path, strict):
                                          f'features_dir = "{tmp_path / "features"}"\n')
     env.pop("DSV41_SETTINGS")
     env.update(DSV41_LAUNCH=marker, DSV41_LOG_FORMAT="json")
-    child = _run(MISSING_SNAPSHOT, env, other)
-    events = _events(child.stderr)
+    child = run_code(MISSING_SNAPSHOT, env, other)
+    found = events(child.stderr)
     if strict:
         assert child.returncode == 3 and child.stdout == "", child.stderr
-        error = next(e for e in events if e.get("event") == "flags.error")
+        error = next(e for e in found if e.get("event") == "flags.error")
         assert "DSV41_SNAPSHOT is missing" in error["cause"] and "DSV41_LAUNCH" in error["cause"]
     else:
         assert child.returncode == 0, child.stderr
-        refused = next(e for e in events if e.get("event") == "snapshot.refused")
+        refused = next(e for e in found if e.get("event") == "snapshot.refused")
         assert "DSV41_SNAPSHOT is missing" in refused["reason"]
         assert "fingerprint" in refused["reason"]  # another fingerprint than the launch's
 
 
 def test_a_launch_marker_with_its_snapshot_is_a_plain_child(tmp_path):
     env = _project(tmp_path)
-    parent = _run("""
+    parent = run_code("""
         import os, dsv41_flags
         dsv41_flags.activate()
         print(os.environ["DSV41_SNAPSHOT"]); print(os.environ["DSV41_LAUNCH"])
     """, env, tmp_path)
     snapshot, marker = parent.stdout.strip().splitlines()
     env.update(DSV41_SNAPSHOT=snapshot, DSV41_LAUNCH=marker)
-    child = _run(MISSING_SNAPSHOT, env, tmp_path)
+    child = run_code(MISSING_SNAPSHOT, env, tmp_path)
     assert child.returncode == 0 and child.stdout.strip() == "patched", child.stderr
-    names = [e.get("event") for e in _events(child.stderr)]
+    names = [e.get("event") for e in events(child.stderr)]
     assert "snapshot.refused" not in names and "snapshot.mismatch" not in names, child.stderr
 
 
@@ -221,6 +205,6 @@ def test_after_activation_no_framework_module_is_imported_and_a_fork_does_not_ha
     """))
     with open(tmp_path / "settings.toml", "a") as fh:
         fh.write("other_fix = true\n")
-    proc = _run(NO_LATE_IMPORT, env, tmp_path)
+    proc = run_code(NO_LATE_IMPORT, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0 []", (proc.stdout, proc.stderr)

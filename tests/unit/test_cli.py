@@ -118,7 +118,7 @@ def test_fingerprint_explain_says_who_declared_volatile(cli):
 
 
 def test_fingerprint_explain_names_settings_file_section(cli, tmp_path):
-    """Input 1 (explain): a volatile name from a settings file says its file [section]."""
+    """``fingerprint --explain``: a volatile name from a settings file says its file [section]."""
     s = tmp_path / "s.toml"
     s.write_text('[default]\nfolded_fence = false\n[default.fingerprint]\nvolatile = ["SGLANG_X"]\n'
                  'volatile_argv = ["--seed"]\n')
@@ -133,7 +133,7 @@ def test_fingerprint_explain_names_settings_file_section(cli, tmp_path):
 
 
 def test_status_labels_its_fingerprint(cli):
-    """Input 10: status says which launch command its fingerprint is for, and how to get the
+    """Status says which launch command its fingerprint is for, and how to get the
     real launch's; --json has the same in ``fingerprint_for``."""
     r = cli("status", "-s", str(REPO_SETTINGS))
     assert "for an empty launch command" in r.stdout and "dsv41-flags fingerprint -- CMD" in r.stdout
@@ -193,7 +193,7 @@ def test_validate_checks_every_profile(cli, tmp_path):
 
 
 def test_operator_minimal_settings_two_launches_one_fingerprint(cli, tmp_path):
-    """Issue 15 input 1 through the CLI: an operator's own settings.toml ([default], one flag, no
+    """Through the CLI: an operator's own settings.toml ([default], one flag, no
     fingerprint table); sglang writes a fresh SGLANG_RUN_ID per launch."""
     s = tmp_path / "settings.toml"
     s.write_text("[default]\nfolded_fence = true\n")
@@ -206,7 +206,7 @@ def test_operator_minimal_settings_two_launches_one_fingerprint(cli, tmp_path):
 
 
 def test_status_refuses_an_including_settings_file(cli, tmp_path):
-    """Issue 15 input 3 through the CLI: the file is refused, naming file [section], key, value."""
+    """Through the CLI: the file is refused, naming file [section], key, value."""
     s = tmp_path / "settings.toml"
     s.write_text('[default]\nfolded_fence = false\ndynaconf_include = ["extra.toml"]\n')
     (tmp_path / "extra.toml").write_text("[default]\nfolded_fence = true\n")

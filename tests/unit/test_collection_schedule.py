@@ -5,14 +5,13 @@ process that already had a full collection, or that set its own thresholds, it r
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from ..conftest import REPO
+from ._child import clean_env, run_cmd
 
 PROBE = """
 import gc, json, sys
@@ -28,11 +27,9 @@ print(json.dumps({{"full_by_activate": gc.get_stats()[2]["collections"] - full,
 def _probe(tmp_path, before: str) -> dict:
     settings = tmp_path / "settings.toml"
     settings.write_text("[default]\nstrict = true\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(PYTHONPATH=str(REPO / "src"), DSV41_LOG_FORMAT="json")
+    env = clean_env(PYTHONPATH=str(REPO / "src"), DSV41_LOG_FORMAT="json")
     code = PROBE.format(before=textwrap.dedent(before), settings=str(settings))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    proc = run_cmd([sys.executable, "-c", code], env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -1,5 +1,7 @@
-"""A feature file runs exactly as Python would run it: no compiler flags of the framework leak
-into its code."""
+"""Feature discovery (``discovery.py``): a feature file runs exactly as Python would run it (no
+compiler flags of the framework leak into its code), a file that is not a regular file or exits is
+a DeclarationError, declarations are copied never mutated, and ``after=`` is ordered through
+graphlib: unknown names, itself and cycles refused, a typo gets a suggestion."""
 import dataclasses
 import os
 import sys

@@ -43,7 +43,7 @@ def test_broken_entry_point_is_named(shipped):
         discover(None)
 
 
-# ---------------------------------------------------- the scan (issue 11: only parse what names the group)
+# ---------------------------------------------------- the scan: only parse what names the group
 def _dist(root, name, entry_points):
     info = root / f"{name.replace('-', '_')}-1.0.dist-info"
     info.mkdir(parents=True)

@@ -36,7 +36,7 @@ def test_read_regular_refuses_fifo_device_dir_symlink_and_oversize(tmp_path):
 
 
 def test_read_regular_refuses_what_is_not_a_small_regular_file(tmp_path):
-    """The public reader features use (``_files.read_regular``): never blocks, never follows a
+    """The public reader features use (``files.read_regular``): never blocks, never follows a
     link it must not, never reads past its cap."""
     fifo = tmp_path / "f"
     os.mkfifo(fifo)

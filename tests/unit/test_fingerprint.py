@@ -1,4 +1,5 @@
-"""Launch fingerprint, sidecar and diffs (issue 4)."""
+"""Launch fingerprint, sidecar and diffs: volatile names, engine facts, Dynaconf specials refused,
+the program's identity (argv normalised as CPython and sglang read it)."""
 import json
 import os
 import subprocess
@@ -167,13 +168,13 @@ def test_unreadable_sidecar_is_a_mismatch(make_runtime, tmp_path):
     assert read_sidecar(tmp_path / "missing.launch").error
 
 
-# ------------------------------------------------------------------ issue 15: engine facts
+# ------------------------------------------------------------------ engine facts
 MINIMAL = "[default]\nfolded_fence = false\n"   # an operator's own file: no fingerprint table
 LAUNCH = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "16"]
 
 
 def test_minimal_settings_fresh_run_id_same_fingerprint(make_runtime):
-    """Input 1: sglang writes a fresh SGLANG_RUN_ID on every launch; with an operator's own
+    """Sglang writes a fresh SGLANG_RUN_ID on every launch; with an operator's own
     settings.toml (no fingerprint table) two launches of the same command agree."""
     a = fp_of(make_runtime, {"SGLANG_RUN_ID": "sglang-run-1.5-7", "SGLANG_X": "1"}, LAUNCH, MINIMAL)
     b = fp_of(make_runtime, {"SGLANG_RUN_ID": "sglang-run-2.5-9", "SGLANG_X": "1"}, LAUNCH, MINIMAL)
@@ -186,7 +187,7 @@ def test_minimal_settings_fresh_run_id_same_fingerprint(make_runtime):
 
 @pytest.mark.parametrize("name", sorted(n for n in ENGINE.volatile if not n.startswith("-")))
 def test_every_engine_volatile_variable_leaves_the_fingerprint(make_runtime, name):
-    """Input 1, the kind: every variable the engine rewrites per launch or per node."""
+    """Every variable the engine rewrites per launch or per node."""
     assert fp_of(make_runtime, {name: "1"}, LAUNCH, MINIMAL).digest == \
         fp_of(make_runtime, {name: "2"}, LAUNCH, MINIMAL).digest
 
@@ -205,7 +206,7 @@ def test_operator_settings_add_to_engine_defaults(make_runtime):
 
 
 def test_legacy_sgl_prefix_is_hashed_as_the_engine_reads_it(make_runtime):
-    """Input 2: sglang copies SGL_<X> to SGLANG_<X> at import (environ.py
+    """Sglang copies SGL_<X> to SGLANG_<X> at import (environ.py
     _handle_deprecated_envs), overwriting SGLANG_<X>: the legacy value wins."""
     def fp(env):
         return fp_of(make_runtime, env, LAUNCH, MINIMAL)
@@ -222,7 +223,7 @@ def test_legacy_sgl_prefix_is_hashed_as_the_engine_reads_it(make_runtime):
 
 
 def test_field_alias_canonical_name_wins(make_runtime):
-    """Input 2, the kind: Env*WithAlias fields read their deprecated name only when the canonical
+    """Env*WithAlias fields read their deprecated name only when the canonical
     one is unset."""
     old, new = "SGLANG_USE_TRITON_ROUTER_SUM", "SGLANG_USE_CUSTOM_ROUTER_SUM"
     def fp(env):
@@ -236,7 +237,7 @@ NODE = ["python", "-m", "sglang.launch_server", "--model-path", "m", "--tp", "16
 
 
 def test_nodes_of_one_launch_agree(make_runtime):
-    """Input 11: --node-rank and the rendezvous address differ between the nodes (and restarts)
+    """``--node-rank`` and the rendezvous address differ between the nodes (and restarts)
     of one launch without changing a kernel."""
     n0 = fp_of(make_runtime, {}, NODE + ["--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000"], MINIMAL)
     n1 = fp_of(make_runtime, {}, NODE + ["--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000"], MINIMAL)
@@ -274,7 +275,7 @@ def test_per_node_placement_leaves_one_fingerprint_per_launch(make_runtime, env0
     assert not set(env0) & set(n0.payload["env"])
 
 
-# ------------------------------------------------------------------ issue 15: Dynaconf specials
+# ------------------------------------------------------------------ Dynaconf specials
 SPECIALS = [
     ('[default]\ndynaconf_include = ["extra.toml"]\n', "dynaconf_include", "[default]"),
     ('dynaconf_include = ["extra.toml"]\n[default]\n', "dynaconf_include", ""),
@@ -300,7 +301,7 @@ SPECIALS = [
 
 @pytest.mark.parametrize("text,key,section", SPECIALS)
 def test_dynaconf_specials_refused_everywhere(make_runtime, tmp_path, text, key, section):
-    """Input 3: every Dynaconf special (control keys, list markers, @ tokens, split keys), in
+    """Every Dynaconf special (control keys, list markers, @ tokens, split keys), in
     every section and at every depth, is refused with the file [section], key, value and what
     is accepted: no file changes the fingerprint without being listed as loaded."""
     (tmp_path / "extra.toml").write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
@@ -313,7 +314,7 @@ def test_dynaconf_specials_refused_everywhere(make_runtime, tmp_path, text, key,
 
 
 def test_included_file_is_never_applied():
-    """Input 3 (the instance): the included file's prefixes cannot reach the fingerprint because
+    """The included file's prefixes cannot reach the fingerprint because
     the including file is refused before Dynaconf loads it."""
     import tempfile
     from pathlib import Path
@@ -331,7 +332,7 @@ def test_included_file_is_never_applied():
 @pytest.mark.parametrize("var", ["DSV41_DYNACONF_INCLUDE", "DSV41_INCLUDES_FOR_DYNACONF",
                                  "DSV41_DYNACONF_MERGE"])
 def test_dynaconf_specials_through_variables_refused(make_runtime, tmp_path, var, strict):
-    """Input 3 through the environment: DSV41_DYNACONF_INCLUDE would make Dynaconf load a file
+    """Through the environment: DSV41_DYNACONF_INCLUDE would make Dynaconf load a file
     that is not listed; an error even when strict mode is off."""
     extra = tmp_path / "extra.toml"
     extra.write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
@@ -339,7 +340,7 @@ def test_dynaconf_specials_through_variables_refused(make_runtime, tmp_path, var
         make_runtime(f"[default]\nstrict = {strict}\n", env={var: str(extra)})
 
 
-# ------------------------------------------------------------------ issue 15: volatile names
+# ------------------------------------------------------------------ volatile names
 def _feature_file(tmp_path, name, body):
     feats = tmp_path / "feats"
     feats.mkdir(exist_ok=True)
@@ -348,7 +349,7 @@ def _feature_file(tmp_path, name, body):
 
 
 def test_misspelt_volatile_name_is_a_declaration_error(make_runtime, tmp_path):
-    """Input 9: a volatile name that matches no flag, option or engine prefix."""
+    """A volatile name that matches no flag, option or engine prefix."""
     from dsv41_flags import DeclarationError
     feats = _feature_file(tmp_path, "cap", "FEATURE = Feature(name='cap', target='json', "
                           "install=lambda m, c: None, summary='s', engine='', "
@@ -365,7 +366,7 @@ def test_misspelt_volatile_name_is_a_declaration_error(make_runtime, tmp_path):
                                      ("NCCL_ALGO", True), ("--seed", True), ("DSV41_OTHR", False),
                                      ("SGLANGX_RUN_ID", False), ("-p", False), ("", False)])
 def test_volatile_names_checked_against_the_whole_feature_set(make_runtime, tmp_path, name, ok):
-    """Input 9, the kind: another feature's keys are known (checked at discovery, against the
+    """Another feature's keys are known (checked at discovery, against the
     set); engine variables are known by prefix; launch options by their --spelling."""
     from dsv41_flags import DeclarationError
     feats = _feature_file(tmp_path, "other", "FEATURE = Feature(name='other', target='json', "
@@ -381,7 +382,7 @@ def test_volatile_names_checked_against_the_whole_feature_set(make_runtime, tmp_
 
 
 def test_sglang_option_spellings_are_one_launch(make_runtime):
-    """Input 11, the kind: sglang's parser reads aliases (--tensor-parallel-size, --ep,
+    """Sglang's parser reads aliases (--tensor-parallel-size, --ep,
     --nccl-init-addr) and unique abbreviations (--tp, --node-r) as their options; so does the
     fingerprint, for sglang's launchers only (the option table is read from sglang's source)."""
     def fp(args, settings=MINIMAL):

@@ -6,14 +6,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from dsv41_flags.launcher import bootstrap_bypass, interpreter_options, interpreter_problem, launch_environ
 
 from ..conftest import REPO_SETTINGS
-from ._child import CLI, events, run_cmd
+from ._child import CLI, clean_env, events, run_cmd
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
@@ -181,9 +180,7 @@ def test_interpreter_problem_only_for_python_commands(foreign_python):
 
 
 def test_run_missing_command_exits_127():
-    cli = str(Path(sys.executable).with_name("dsv41-flags"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    proc = subprocess.run([cli, "run", "-s", str(REPO_SETTINGS), "--", "no_such_cmd_xyz"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = run_cmd([CLI, "run", "-s", str(REPO_SETTINGS), "--", "no_such_cmd_xyz"], clean_env(), None,
+                   timeout=60)
     assert proc.returncode == 127 and "command not found: no_such_cmd_xyz" in proc.stderr
     assert "Traceback" not in proc.stderr

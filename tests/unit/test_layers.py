@@ -212,10 +212,10 @@ def _code_strings_imports_comments(path: Path):
                 yield tok.start[0], tok.string
 
 
-def test_only_the_adapter_room_names_the_engine():
-    """``grep -rn sglang src/dsv41_flags`` outside ``_sglang.py`` finds docstrings at most: no
+def test_only_the_engine_adapter_names_the_engine():
+    """``grep -rn sglang src/dsv41_flags`` outside ``engines/sglang/`` finds docstrings at most: no
     string constant, import or comment names the engine (the core reaches it only through the
-    seam, ``_engine.EngineAdapter``). The shipped features (``_data``) are not the core."""
+    seam, ``engines.EngineAdapter``). The shipped features (``_data``) are not the core."""
     src = REPO / "src" / "dsv41_flags"
     found = [f"{path.relative_to(src)}:{line}: {text[:80]!r}"
              for path in sorted(src.rglob("*.py"))

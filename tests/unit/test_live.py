@@ -1,4 +1,4 @@
-"""Live switches in one process (issue 12): a live feature off at boot is installed bypassed and
+"""Live switches in one process: a live feature off at boot is installed bypassed and
 switching it changes behaviour on the next call; a non-live feature is refused; events and
 states report the live value and the generation."""
 import subprocess
@@ -366,8 +366,8 @@ def test_a_value_that_cannot_be_shown_is_named_by_its_type():
 
 def test_a_live_gate_created_by_two_threads_at_once_is_one_gate(monkeypatch):
     """The switchboard's gates are created where first used (a target's install in one thread, a
-    switch in another, since issue 11 no longer at arming): two gates for one feature meant the
-    patch read one while the switch set the other, a switch that silently changed nothing."""
+    switch in another, not at arming): two gates for one feature would let the patch read one
+    while the switch set the other, a switch that silently changed nothing."""
     import threading
 
     import dsv41_flags.live as _live

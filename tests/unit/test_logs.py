@@ -1,6 +1,7 @@
-"""Issue 13, inputs 9, 10, 11: logging never breaks the host (stream current at write time,
-errors swallowed and reported once, strict JSON whatever a feature logs, a console renderer that
-cannot raise) and settings loading that never touches ``os.environ``."""
+"""The structlog pipeline (``logs.py``): logging never breaks the host (stream current at write
+time, errors swallowed and reported once, a full non-blocking pipe's loss counted and reported,
+strict JSON whatever a feature logs, a console renderer that cannot raise), and the boot report is
+emitted whatever level filter the settings or a host's own structlog or logging set."""
 import fcntl
 import json
 import math
@@ -17,9 +18,7 @@ from structlog.testing import capture_logs
 
 from dsv41_flags.logs import HEALTH, strict_dumps
 
-from ._child import CLI, event_names, run_cmd
-
-REPO = Path(__file__).resolve().parents[2]
+from ._child import CLI, clean_env, event_names, run_cmd, run_code, write_project
 
 
 def _refuse(constant):
@@ -31,40 +30,38 @@ def strict_loads(line: str):
     return json.loads(line, parse_constant=_refuse)
 
 
+#: ``io_feat``: runs ``{body}`` in its install, then patches ``Engine.step`` to add 1
+IO_FEATURE = """
+from dsv41_flags import Feature
+
+class Odd:
+    def __repr__(self):
+        raise RuntimeError("repr refuses")
+    __str__ = __repr__
+
+def install(module, ctx):
+{body}
+    ctx.patch(module.Engine, "step", lambda orig: (lambda self: orig(self) + 1))
+
+FEATURE = Feature(name="io_feat", target="tgt_io", install=install, summary="io test")
+"""
+
+
 def _project(tmp_path: Path, install_body: str, settings: str = "") -> Path:
     """A tmp project: target module ``tgt_io`` (``Engine.step() -> 1``), feature ``io_feat``
     patching it with ``install_body`` run before the patch, settings.toml arming it."""
-    (tmp_path / "tgt_io.py").write_text("class Engine:\n    def step(self):\n        return 1\n")
-    feats = tmp_path / "features"
-    feats.mkdir()
-    (feats / "io_feat.py").write_text(textwrap.dedent("""
-        from dsv41_flags import Feature
-
-        class Odd:
-            def __repr__(self):
-                raise RuntimeError("repr refuses")
-            __str__ = __repr__
-
-        def install(module, ctx):
-        {body}
-            ctx.patch(module.Engine, "step", lambda orig: (lambda self: orig(self) + 1))
-
-        FEATURE = Feature(name="io_feat", target="tgt_io", install=install, summary="io test")
-    """).replace("{body}", textwrap.indent(textwrap.dedent(install_body), "    ")))
-    (tmp_path / "settings.toml").write_text(f"[default]\nio_feat = true\nstrict = true\n{settings}")
+    write_project(tmp_path, "io_feat", IO_FEATURE.replace("{body}", textwrap.indent(textwrap.dedent(install_body), "    ")),
+                  f"[default]\nio_feat = true\nstrict = true\n{settings}", target="tgt_io",
+                  target_source="class Engine:\n    def step(self):\n        return 1\n")
     return tmp_path
 
 
 def _run(tmp_path: Path, code: str, **env) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    full.update(env, PYTHONPATH=str(tmp_path))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path, env=full,
-                          capture_output=True, text=True, timeout=120)
+    return run_code(code, clean_env(**{**env, "PYTHONPATH": str(tmp_path)}), tmp_path)
 
 
-# ---------------------------------------------------------------------------------- input 9
 def test_closed_stderr_buffer_never_breaks_the_import_and_the_loss_is_reported(tmp_path):
-    """Input 9: sys.stderr replaced by a buffer, activate(), the buffer closed, then the import of
+    """Sys.stderr replaced by a buffer, activate(), the buffer closed, then the import of
     the target: the import succeeds and the feature is installed; the lost lines are counted and
     reported once on the next stream that can be written."""
     proj = _project(tmp_path, 'ctx.log.info("io_feat.ready", note="installing")\n')
@@ -120,7 +117,6 @@ def test_events_follow_sys_stderr_replaced_after_configure(tmp_path):
     assert "flags.resolved" in proc.stderr and "feature.installed" not in proc.stderr
 
 
-# --------------------------------------------------------------------------------- input 10
 HOSTILE = """
 ctx.log.info("io_feat.values", ratio=float("nan"), big=float("inf"), small=-float("inf"),
              d={(1, 2): "a", None: 1, 3.5: float("nan")}, s={1, 2}, o=Odd(),
@@ -130,7 +126,7 @@ ctx.log.info("io_feat.values", ratio=float("nan"), big=float("inf"), small=-floa
 
 @pytest.mark.parametrize("log_format", ["json", "console"])
 def test_whatever_a_feature_logs_the_install_stands_and_lines_are_strict(tmp_path, log_format):
-    """Input 10: NaN, non-string keys, objects whose str/repr raise: the install is not rolled
+    """NaN, non-string keys, objects whose str/repr raise: the install is not rolled
     back, strict mode does not stop the boot, every JSON line parses strictly, and the console
     renderer does not raise either."""
     proj = _project(tmp_path, HOSTILE)

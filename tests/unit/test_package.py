@@ -1,13 +1,12 @@
-"""Issue 10, inputs 2-12: a faithful launcher, a clean CLI, a complete boot report, one meaning per
+"""A faithful launcher, a clean CLI, a complete boot report, one meaning per
 text, validate answers "would each profile boot?", and the test kit restoring every original.
-(Input 1, the wheel, is tests/unit/test_wheel.py.)"""
+(The wheel: tests/unit/test_wheel.py.)"""
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import pytest
 import structlog
@@ -22,8 +21,7 @@ from dsv41_flags.settings import find_settings_files
 from dsv41_flags.testing import FlagsKit
 
 from ..conftest import REPO
-
-CLI = str(Path(sys.executable).with_name("dsv41-flags"))
+from ._child import CLI, events, make_project, run_cmd
 
 DEMO_FEATURE = """
 from dsv41_flags import Feature, Option
@@ -39,41 +37,17 @@ FEATURE = Feature(name="cap_new_tokens", target=TARGET, install=install, summary
 
 @pytest.fixture
 def launch(tmp_path):
-    """A target module, a features dir with one feature (option ``cap``), settings, a clean env."""
-    target = f"demo_engine_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
-    feats = tmp_path / "features"
-    feats.mkdir()
+    """A target module, a features dir with one feature (option ``cap``), settings, a clean env;
+    ``launch.feature(requires=..., target=...)`` rewrites the feature."""
+    launch = make_project(tmp_path, "cap_new_tokens", DEMO_FEATURE.replace("REQUIRES", repr(("Worker.forward",))),
+                          "[default]\ncap_new_tokens = false\n")
 
-    def feature(requires=("Worker.forward",), target=target):
-        (feats / "cap_new_tokens.py").write_text(
+    def feature(requires=("Worker.forward",), target=launch.target):
+        (launch.feats / "cap_new_tokens.py").write_text(
             DEMO_FEATURE.replace("TARGET", repr(target)).replace("REQUIRES", repr(tuple(requires))))
 
-    feature()
-    settings = tmp_path / "settings.toml"
-    settings.write_text("[default]\ncap_new_tokens = false\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(settings), PYTHONPATH=str(tmp_path), DSV41_LOG_FORMAT="json")
-    return type("Launch", (), {"dir": tmp_path, "target": target, "settings": settings, "env": env,
-                               "feature": staticmethod(feature)})
-
-
-def events(stderr: str) -> list[dict]:
-    """Every JSON event object in ``stderr`` (processes writing one pipe at once may share lines)."""
-    decoder, out, i = json.JSONDecoder(), [], 0
-    while (i := stderr.find('{"', i)) != -1:
-        try:
-            obj, i = decoder.raw_decode(stderr, i)
-        except ValueError:
-            i += 1
-            continue
-        if isinstance(obj, dict) and "event" in obj:
-            out.append(obj)
-    return out
-
-
-def run(cmd, env, cwd, timeout=120):
-    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    launch.feature = feature
+    return launch
 
 
 @pytest.fixture
@@ -105,8 +79,8 @@ def test_user_sitecustomize_path_edits_and_identity_are_kept(launch):
             "print(thatmodule.VALUE, sitecustomize.MARK, sitecustomize.__file__,"
             " dsv41_flags.current_runtime() is not None)\n"
             "print(repr(sys.path))\n")
-    plain = run([sys.executable, "-c", code], env, launch.dir)
-    under = run([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
+    plain = run_cmd([sys.executable, "-c", code], env, launch.dir)
+    under = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
     assert under.returncode == 0, under.stderr
     first = under.stdout.splitlines()[0].split()
     assert first == ["found", "user", str(usersite / "sitecustomize.py"), "True"]
@@ -120,7 +94,7 @@ def test_package_form_sitecustomize(launch):
     (pkg / "__init__.py").write_text("from . import helper\nMARK = helper.X\n")
     (pkg / "helper.py").write_text("X = 'pkg'\n")
     env = {**launch.env, "PYTHONPATH": f"{launch.dir / 'usersite'}{os.pathsep}{launch.dir}"}
-    proc = run([CLI, "run", "--", sys.executable, "-c", "import sitecustomize; print(sitecustomize.MARK)"],
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "import sitecustomize; print(sitecustomize.MARK)"],
                env, launch.dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "pkg"
@@ -133,8 +107,8 @@ def test_empty_pythonpath_entry_is_kept(launch):
     assert python_path(f"{BOOTSTRAP_DIR}:/a") == f"{BOOTSTRAP_DIR}:/a"     # a nested run
     env = {**launch.env, "PYTHONPATH": f"{os.pathsep}{launch.dir}{os.pathsep}/opt/x"}
     code = "import sys, localmod; print(localmod.X); print(repr(sys.path))"
-    plain = run([sys.executable, "-c", code], env, launch.dir)
-    under = run([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
+    plain = run_cmd([sys.executable, "-c", code], env, launch.dir)
+    under = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
     assert under.returncode == 0, under.stderr
     assert under.stdout == plain.stdout
 
@@ -149,7 +123,7 @@ def test_errors_in_user_sitecustomize_are_reported_and_activation_goes_on(launch
     env = {**launch.env, "PYTHONPATH": f"{usersite}{os.pathsep}{launch.dir}"}
     code = (f"import os, dsv41_flags, {launch.target} as t\n"
             "print(os.environ.get('RAN'), dsv41_flags.current_runtime() is not None, t.Worker().forward())")
-    proc = run([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "True", "patched", "512"]
     kind, message = raise_[len("raise "):].split("(", 1)
@@ -163,8 +137,8 @@ def test_errors_in_user_sitecustomize_are_reported_and_activation_goes_on(launch
 def test_run_refuses_a_launch_strict_mode_would_stop(launch):
     launch.feature(requires=("Worker.forward", "Worker.gone"))
     launch.settings.write_text("[default]\ncap_new_tokens = true\n")
-    status = run([CLI, "status"], launch.env, launch.dir)
-    proc = run([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], launch.env, launch.dir)
+    status = run_cmd([CLI, "status"], launch.env, launch.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], launch.env, launch.dir)
     assert proc.returncode == 1 and "STARTED" not in proc.stdout
     assert "Traceback" not in proc.stderr
     assert status.returncode == 1
@@ -173,7 +147,7 @@ def test_run_refuses_a_launch_strict_mode_would_stop(launch):
     assert "Worker.gone" in proc.stderr
     # not strict: the launch starts (and the child reports the drift itself)
     launch.settings.write_text("[default]\ncap_new_tokens = true\nstrict = false\n")
-    proc = run([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], launch.env, launch.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], launch.env, launch.dir)
     assert proc.returncode == 0 and "STARTED" in proc.stdout
 
 
@@ -187,7 +161,7 @@ def test_spawned_child_first_event_names_its_process(launch):
             p = mp.get_context("spawn").Process(target=child, name="worker-7")
             p.start(); p.join(60)
     """))
-    proc = run([CLI, "run", "--", sys.executable, str(launch.dir / "prog.py")], launch.env, launch.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, str(launch.dir / "prog.py")], launch.env, launch.dir)
     assert proc.returncode == 0, proc.stderr
     pid = int(proc.stdout.split()[1])
     mine = [e for e in events(proc.stderr) if e.get("pid") == pid]

@@ -9,6 +9,8 @@ import uuid
 import pytest
 from structlog.testing import capture_logs
 
+from ._child import write_project
+
 GUARDED = """
 from dsv41_flags import Feature
 def install(module, ctx):
@@ -28,17 +30,15 @@ FEATURE = Feature(name="guarded_demo", target=TARGET, install=install, summary="
 
 
 def test_guarded_patch_reports_and_falls_back_to_the_original(make_runtime, tmp_path, monkeypatch):
-    target = f"guard_engine_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{target}.py").write_text(
-        "calls = []\nclass Engine:\n    def step(self, x):\n        calls.append(x)\n"
-        "        if x == 'engine':\n            raise ValueError('engine says no')\n        return 'stock'\n")
+    project = write_project(
+        tmp_path, "guarded_demo", GUARDED, None, target=f"guard_engine_{uuid.uuid4().hex[:8]}",
+        target_source="calls = []\nclass Engine:\n    def step(self, x):\n        calls.append(x)\n"
+                      "        if x == 'engine':\n            raise ValueError('engine says no')\n"
+                      "        return 'stock'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    feats = tmp_path / "features"
-    feats.mkdir()
-    (feats / "guarded_demo.py").write_text(GUARDED.replace("TARGET", repr(target)))
-    rt = make_runtime("[default]\nguarded_demo = true\n", features_dir=feats)
+    rt = make_runtime("[default]\nguarded_demo = true\n", features_dir=project.feats)
     rt.arm()
-    mod = __import__(target)
+    mod = __import__(project.target)
     assert {s.name: s.state for s in rt.states()}["guarded_demo"] == "installed"
     eng = mod.Engine()
     with capture_logs() as logs:
@@ -81,18 +81,17 @@ def test_classmethod_and_staticmethod_keep_their_kind():
 
 
 def test_reinstalling_a_classmethod_patch_is_not_drift(tmp_path, monkeypatch, make_runtime):
-    (tmp_path / "cm_target.py").write_text(
-        "class Loader:\n    @classmethod\n    def build(cls, *, strict=False):\n        return strict\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    feats = tmp_path / "feats"
-    feats.mkdir()
-    (feats / "cm_fix.py").write_text(
+    project = write_project(
+        tmp_path, "cm_fix",
         "from dsv41_flags import Feature\n"
         "def install(module, ctx):\n"
         "    ctx.patch(module.Loader, 'build', lambda orig: (lambda cls, **kw: not orig(cls, **kw)))\n"
-        "FEATURE = Feature(name='cm_fix', target='cm_target', install=install, summary='s', engine='',\n"
-        "                  requires=('Loader.build(strict)',))\n")
-    rt = make_runtime("[default]\ncm_fix = true\n", features_dir=feats)
+        "FEATURE = Feature(name='cm_fix', target=TARGET, install=install, summary='s', engine='',\n"
+        "                  requires=('Loader.build(strict)',))\n", None, target="cm_target",
+        target_source="class Loader:\n    @classmethod\n    def build(cls, *, strict=False):\n"
+                      "        return strict\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rt = make_runtime("[default]\ncm_fix = true\n", features_dir=project.feats)
     rt.arm()
     import cm_target
     assert rt.install(rt.features["cm_fix"], cm_target).state == "installed"

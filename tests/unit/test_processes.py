@@ -1,4 +1,5 @@
-"""Every process: snapshot handed to spawn children, launcher, once per process (issue 5).
+"""Every process: snapshot handed to spawn children, launcher, once per process; a
+child whose feature declaration differs from the launch's is refused, naming the field.
 
 Each test runs its "launching process" as a fresh interpreter so the test process's own
 environment and runtime stay untouched."""
@@ -7,46 +8,28 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
-from pathlib import Path
 
 import pytest
 
-CLI = str(Path(sys.executable).with_name("dsv41-flags"))
+from ._child import CLI, events, make_project, run_cmd
+
+#: ``demo_patch`` without options: ``Worker.forward`` returns ``"patched"``
+PATCHED = """
+from dsv41_flags import Feature
+def install(module, ctx):
+    ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
+FEATURE = Feature(name="demo_patch", target=TARGET, install=install,
+                  summary="demo", requires=("Worker.forward",), engine="")
+"""
 
 
 @pytest.fixture
 def launch(tmp_path):
-    """A settings file, a features dir with one feature patching a demo module, and an env."""
-    (tmp_path / "demo_engine.py").write_text(textwrap.dedent("""
-        class Worker:
-            def forward(self):
-                return "stock"
-    """))
-    feats = tmp_path / "features"
-    feats.mkdir()
-    (feats / "demo_patch.py").write_text(textwrap.dedent("""
-        from dsv41_flags import Feature
-        def install(module, ctx):
-            ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
-        FEATURE = Feature(name="demo_patch", target="demo_engine", install=install,
-                          summary="demo", requires=("Worker.forward",), engine="")
-    """))
-    settings = tmp_path / "settings.toml"
-    settings.write_text("[default]\ndemo_patch = true\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(settings), PYTHONPATH=str(tmp_path), DSV41_LOG_FORMAT="json")
-    return tmp_path, settings, env
-
-
-def events(stderr: str) -> list[dict]:
-    out = []
-    for line in stderr.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
+    """A settings file, a features dir with one feature patching a demo module ``demo_engine``,
+    and an env: ``(directory, settings path, env)``."""
+    project = make_project(tmp_path, "demo_patch", PATCHED, "[default]\ndemo_patch = true\n",
+                           target="demo_engine")
+    return tmp_path, project.settings, project.env
 
 
 CHILD = textwrap.dedent("""
@@ -194,6 +177,10 @@ def test_no_import_finder_added_when_nothing_is_armed(launch, armed):
     assert added == ["ImportHookFinder"]
 
 
+#: field expressions evaluated in the launch (CHILD false) and in its child (CHILD true): the same
+#: verified bytes declare something else in the child. Unchecked, a target would never be hooked
+#: (silently unpatched), requires / engine would raise an internal traceback out of the target's
+#: import, and fixed_in / live would run a declaration nobody checked.
 DIFFERS = {
     "target_invalid": 'target=(T if not CHILD else "no..such")',
     "target_empty": 'target=(T if not CHILD else "")',
@@ -205,30 +192,26 @@ DIFFERS = {
 }
 
 
+#: ``demo_cap`` with the fields of one ``DIFFERS`` case; ``FIELDS`` is replaced by them
+DIFFERING = """
+import os
+from dsv41_flags import Feature
+CHILD = bool(os.environ.get("DSV41_SNAPSHOT"))
+T = TARGET
+def install(module, ctx):
+    ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
+FEATURE = Feature(name="demo_cap", install=install, summary="demo", FIELDS)
+"""
+
+
 def _launch(tmp_path, field_expr: str, strict: bool):
-    target = f"demo_engine_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{target}.py").write_text("class Worker:\n    def forward(self):\n        return 'stock'\n")
-    feats = tmp_path / "features"
-    feats.mkdir()
     fields = {"target": "target=T", "requires": 'requires=("Worker.forward",)', "engine": 'engine=""'}
     fields[field_expr.split("=")[0]] = field_expr
-    (feats / "demo_cap.py").write_text(textwrap.dedent(f"""
-        import os
-        from dsv41_flags import Feature
-        CHILD = bool(os.environ.get("DSV41_SNAPSHOT"))
-        T = {target!r}
-        def install(module, ctx):
-            ctx.patch(module.Worker, "forward", lambda orig: (lambda self: "patched"))
-        FEATURE = Feature(name="demo_cap", install=install, summary="demo", {", ".join(fields.values())})
-    """))
-    (tmp_path / "settings.toml").write_text(
-        f'[default]\ndemo_cap = true\nstrict = {str(strict).lower()}\nfeatures_dir = "{feats}"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    env.update(DSV41_SETTINGS=str(tmp_path / "settings.toml"), PYTHONPATH=str(tmp_path),
-               DSV41_LOG_FORMAT="json")
-    (tmp_path / "r.py").write_text(f"import {target}\nprint({target}.Worker().forward())\n")
-    proc = subprocess.run([CLI, "run", "--", sys.executable, "r.py"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    project = make_project(tmp_path, "demo_cap", DIFFERING.replace("FIELDS", ", ".join(fields.values())),
+                           f'[default]\ndemo_cap = true\nstrict = {str(strict).lower()}\n'
+                           f'features_dir = "FEATURES_DIR"\n')
+    (tmp_path / "r.py").write_text(f"import {project.target}\nprint({project.target}.Worker().forward())\n")
+    proc = run_cmd([CLI, "run", "--", sys.executable, "r.py"], project.env, tmp_path)
     events = []
     for line in proc.stderr.splitlines():
         try:

@@ -23,7 +23,7 @@ def test_failed_non_strict_plugin_activation_still_joins_the_rank_guard(project)
 
 
 def test_guard_mode_is_compared_like_any_key_and_the_strictest_wins(make_runtime):
-    """Input 12 (logic; the engine tier runs it on 2 gloo ranks through sglang's own path): the
+    """The logic (the engine tier runs it on 2 gloo ranks through sglang's own path): the
     mode is part of the view, a disagreement on it is a row of the table, and every rank acts on
     the strictest mode any rank holds."""
     from dsv41_flags.rank_guard import compare, effective_mode, rank_view

@@ -1,4 +1,6 @@
-"""Install, ledger, drift, failure isolation, strict mode, audit, conflicts, events (issues 2, 6)."""
+"""Install, ledger, drift, failure isolation, strict mode, audit, conflicts, events; a
+feature armed only once its hook is registered; what reaches install unvalidated is a reported
+failure."""
 import sys
 import textwrap
 import types

@@ -1,4 +1,5 @@
-"""Resolution: profiles, files, variables, provenance, unknown keys (issues 2 and 3)."""
+"""Resolution: profiles, files, variables, provenance, unknown keys; settings files and
+the ``settings_files`` argument refused with a SettingsError naming them, never a hang."""
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ from dsv41_flags.runtime import build
 from dsv41_flags.settings import find_settings_files
 
 from ._bounded import no_block
-from ._child import CLI, REPO, clean_env, parent
+from ._child import CLI, REPO, clean_env, parent, run_cmd
 
 BASE = """
 [default]
@@ -270,16 +271,10 @@ def test_a_settings_path_with_glob_characters_is_read_as_written(tmp_path, name)
     """Dynaconf globs a settings entry holding ``*``, ``?`` or ``[``: a found file is read as that
     exact file, never silently dropped or swapped for another that matches."""
     import json
-    import os
-    import subprocess
-    import sys
     path = tmp_path / name
     path.parent.mkdir(parents=True)
     path.write_text("[default]\nfolded_fence = true\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSV41_")}
-    cli = os.path.join(os.path.dirname(sys.executable), "dsv41-flags")
-    proc = subprocess.run([cli, "status", "--settings", str(path), "--json"], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = run_cmd([CLI, "status", "--settings", str(path), "--json"], clean_env(), None)
     [fence] = [f for f in json.loads(proc.stdout)["features"] if f["name"] == "folded_fence"]
     assert fence["value"] is True and str(path) in fence["source"], proc.stdout
 
@@ -435,7 +430,7 @@ def test_nested_variables_are_refused(make_runtime):
 
 
 def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
-    """Input 11: another thread writes and reads os.environ while settings load with an explicit
+    """Another thread writes and reads os.environ while settings load with an explicit
     environment and with Dynaconf's own variables present: no variable is lost, os.environ is the
     same object with the same content, and Dynaconf's variables change nothing."""
     settings = tmp_path / "settings.toml"

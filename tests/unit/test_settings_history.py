@@ -1,4 +1,4 @@
-"""Provenance read once per load (issue 11, parent speed): ``_toml_entries`` gives, for every key
+"""Provenance read once per load (the launching process's speed): ``_toml_entries`` gives, for every key
 and profile, exactly what Dynaconf's per-key ``get_history`` gives."""
 import pytest
 from dynaconf.utils.inspect import get_history

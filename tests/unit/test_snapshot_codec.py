@@ -138,7 +138,7 @@ def _hostile(project, tmp_path) -> dict[str, str]:
         "json but not an object": "[1, 2, 3]",
         "wrong version": mutated(lambda d: d.update(v=1)),
         "version as bool": mutated(lambda d: d.update(v=True)),
-        "issue input 1": '{"v":1}',
+        "version 1, nothing else": '{"v":1}',
         "missing resolution": mutated(lambda d: d.pop("resolution")),
         "missing values": mutated(lambda d: d["resolution"].pop("values")),
         "missing a key of a feature": mutated(lambda d: d["resolution"]["values"].pop("DEMO_PATCH_N")),

@@ -1,4 +1,5 @@
-"""The static check, one minimal input per failing kind of issue 14 (and the rules around them).
+"""The static check, one minimal input per kind of requirement it must catch (and the rules around
+them).
 
 Each test writes a tiny package ``pkgx`` into a temporary source tree and checks requirements
 against it with a ``Checker`` over that tree; no engine is involved.

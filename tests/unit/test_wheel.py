@@ -1,4 +1,4 @@
-"""Issue 10, input 1: the wheel is the product.
+"""The wheel is the product.
 
 Builds the wheel (``pip wheel . --no-deps``) and, from an sdist, a second one; installs the first
 into a fresh virtual environment with the framework's pinned dependencies only (no engine) and
