@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 from dsv41_flags.launcher import BOOTSTRAP_DIR
 from dsv41_flags.runtime import build
 
 from ..conftest import REPO_SETTINGS
-from ._child import FEATURE, REPO, clean_env, event_names, events, run_code, run_py
+from ._child import FEATURE, REPO, clean_env, event_names, events, run_cmd, run_code, run_py
 
 
 # ------------------------------------------------------------------ error policy, every entry
@@ -228,7 +227,8 @@ def test_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
 
 
 def test_non_strict_falls_back_on_an_unexpected_snapshot_failure(project):
-    """The fallback keys on SnapshotError, which now covers every failure of the codec."""
+    """Non-strict, any failure of the codec (a SnapshotError, whatever raised it) falls back to
+    resolving in this process and says so in ``snapshot.refused``."""
     proc = run_py(project, """
         import dsv41_flags
         rt = dsv41_flags.activate()
@@ -302,9 +302,8 @@ def test_direct_activate_failure_says_it_raised_to_the_caller(tmp_path):
             "try:\n    dsv41_flags.activate()\n"
             "except Exception as exc:\n    print('caught', type(exc).__name__)\n"
             "print('still running')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env=clean_env(DSV41_SETTINGS=str(REPO / "settings.toml"),
-                                                 DSV41_FOLDED_FENCE="maybe", DSV41_LOG_FORMAT="json"))
+    proc = run_cmd([sys.executable, "-c", code], clean_env(DSV41_SETTINGS=str(REPO / "settings.toml"),
+                                                 DSV41_FOLDED_FENCE="maybe", DSV41_LOG_FORMAT="json"), tmp_path)
     assert proc.returncode == 0 and "caught SettingsError" in proc.stdout and "still running" in proc.stdout
     (err,) = [json.loads(x) for x in proc.stderr.splitlines()
               if x.startswith("{") and json.loads(x)["event"] == "flags.error"]
@@ -335,8 +334,7 @@ def test_child_from_snapshot_imports_only_what_it_uses():
     parent = build([REPO / "settings.toml"], None, environ=env, argv=["serve"],
                    features_dir=REPO / "features", use_snapshot=False, configure_logging=False)
     env["DSV41_SNAPSHOT"] = parent.snapshot()
-    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    proc = run_cmd([sys.executable, "-c", CHILD], env, REPO)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     assert data["from_snapshot"] and data["armed"] == ["autotune_keep", "folded_fence"]

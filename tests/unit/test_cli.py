@@ -1,7 +1,6 @@
 """The dsv41-flags CLI through typer's runner: status, validate, explain, fingerprint, set."""
 import json
 import os
-import subprocess
 import textwrap
 
 import pytest
@@ -10,7 +9,7 @@ from typer.testing import CliRunner
 from dsv41_flags.cli import app
 
 from ..conftest import EXAMPLE_SETTINGS, REPO_SETTINGS
-from ._child import CLI, REPO, clean_env
+from ._child import CLI, REPO, clean_env, run_cmd
 
 
 @pytest.fixture
@@ -303,8 +302,7 @@ def test_check_engine_with_nothing_armed_fetches_nothing(program_cli, program, m
 def test_check_fails_on_a_settings_error_like_every_command(args, bad):
     """A CI gate running ``check`` must not pass on a broken launch: which features a boot arms is
     unknown when it would stop on its settings."""
-    proc = subprocess.run([CLI, "check", *args], env=clean_env(**bad), capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+    proc = run_cmd([CLI, "check", *args], clean_env(**bad), REPO)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     if "--json" in args:
         data = json.loads(proc.stdout)

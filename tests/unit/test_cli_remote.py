@@ -4,7 +4,6 @@ for a bad one, never a traceback), one deadline bounds the whole call, a body th
 or is huge is cut at the size cap, the API key is sent as sglang's bearer key and printed
 nowhere, and a refusal for want of the key says so."""
 import json
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +14,7 @@ from typer.testing import CliRunner
 from dsv41_flags.cli import app
 from dsv41_flags.engines.http_client import MAX_ANSWER_BYTES
 
-from ._child import CLI, REPO, clean_env
+from ._child import CLI, REPO, clean_env, run_cmd
 
 RANK = {"tp_rank": 0, "pp_rank": 0, "pid": 11, "step": 5, "generation": 1, "profile": "default",
         "features": [{"name": "folded_fence", "state": "installed", "value": True, "live": True,
@@ -409,13 +408,12 @@ def test_a_status_answer_with_no_rank_says_so_and_exits_1(cli, server, answer):
     (["status", "--url", "ftp://h:1"], "is not an http:// URL"),
 ])
 def test_set_and_remote_status_refuse_what_no_server_could_take_before_sending(args, needle):
-    proc = subprocess.run([CLI, *args], env=clean_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = run_cmd([CLI, *args], clean_env(), REPO, timeout=60)
     assert proc.returncode == 2 and needle in proc.stderr and "cannot reach" not in proc.stderr
 
 
 def test_remote_status_with_no_rank_answering_does_not_claim_agreement():
-    proc = subprocess.run([CLI, "status", "--url", "http://127.0.0.1:9", "--json"], env=clean_env(),
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    proc = run_cmd([CLI, "status", "--url", "http://127.0.0.1:9", "--json"], clean_env(), REPO, timeout=60)
     data = json.loads(proc.stdout)
     assert proc.returncode == 1 and data["ok"] is False and data["generations_agree"] is None
 
@@ -426,7 +424,7 @@ def test_remote_status_with_no_rank_answering_does_not_claim_agreement():
                                  "http://" + "a" * 70 + ".com"])
 def test_a_url_no_server_could_have_is_refused_before_sending(url):
     for args in (["set", "folded_fence=on", "--url", url, "--json"], ["status", "--url", url, "--json"]):
-        proc = subprocess.run([CLI, *args], env=clean_env(), capture_output=True, text=True, timeout=60, cwd=REPO)
+        proc = run_cmd([CLI, *args], clean_env(), REPO, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         data = json.loads(proc.stdout)
         assert data["ok"] is False and "is not an http:// URL of the engine server" in data["error"]

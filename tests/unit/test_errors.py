@@ -4,8 +4,9 @@ to its parent and comes back equal."""
 
 
 def test_errors_and_records_survive_pickling_as_multiprocessing_sends_them():
-    """Records are NamedTuples now; errors carry them. What a spawned worker raises or returns is
-    pickled to its parent: SettingsError came back as an unpickling AttributeError."""
+    """Records are NamedTuples and errors carry them. What a spawned worker raises or returns is
+    pickled to its parent: every error class and a FeatureState come back equal, of their own type
+    (never an unpickling AttributeError)."""
     import pickle
 
     from dsv41_flags import (ActivationError, DeclarationError, DriftError, FeatureState, SettingsError,

@@ -2,7 +2,6 @@
 the program's identity (argv normalised as CPython and sglang read it)."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,8 @@ from dsv41_flags import SettingsError
 from dsv41_flags.cache_keeping import diff, matches, read_sidecar, write_sidecar
 from dsv41_flags.engines.sglang.facts import FINGERPRINT as ENGINE
 from dsv41_flags.fingerprint import normalize_argv, volatile_names
+
+from ._child import run_cmd
 
 SETTINGS = """
 [default]
@@ -435,8 +436,7 @@ def test_code_changes_the_fingerprint_and_a_process_reads_its_own(program_cli, p
     # a process computing its own (no run, no snapshot) reads -c CODE from sys.orig_argv
     code = "import dsv41_flags; print(dsv41_flags.activate().fingerprint.digest)"
     env = {**program.env, "DSV41_LOG_LEVEL": "error"}
-    own = subprocess.run([sys.executable, "-c", code], env=env, cwd=program.dir,
-                         capture_output=True, text=True, timeout=120).stdout.strip()
+    own = run_cmd([sys.executable, "-c", code], env, program.dir).stdout.strip()
     typed = json.loads(program_cli("fingerprint", "--json", "--", "python", "-c", code,
                            env={"DSV41_LOG_LEVEL": "error"}).stdout)["fingerprint"]
     assert own == typed

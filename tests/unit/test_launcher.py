@@ -31,8 +31,7 @@ def test_run_spawn_child_and_resource_tracker(project, method):
             p = ctx.Process(target=work)
             p.start(); p.join(60)
     """).replace("METHOD", method))
-    proc = subprocess.run([CLI, "run", "--", sys.executable, str(project.dir / "prog.py")], env=project.env,
-                          capture_output=True, text=True, timeout=120, cwd=project.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, str(project.dir / "prog.py")], project.env, project.dir)
     assert proc.returncode == 0, proc.stderr
     _, pid, out = [l for l in proc.stdout.splitlines() if l.startswith("CHILD")][0].split()
     assert out == "patched_n=5"
@@ -61,8 +60,7 @@ def test_run_spawn_child_of_a_process_subclass_or_a_pool_activates_before_its_co
                 with mp.get_context("spawn").Pool(1) as pool:
                     print(pool.apply(work, (1,)), flush=True)
     """).replace("HOW", how))
-    proc = subprocess.run([CLI, "run", "--", sys.executable, str(project.dir / "prog.py")], env=project.env,
-                          capture_output=True, text=True, timeout=120, cwd=project.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, str(project.dir / "prog.py")], project.env, project.dir)
     assert proc.returncode == 0, proc.stderr
     _, pid, out = [l for l in proc.stdout.splitlines() if l.startswith("CHILD")][0].split()
     assert out == "patched_n=5"
@@ -120,8 +118,7 @@ def test_raising_user_sitecustomize_is_reported_once_and_the_program_runs(progra
     child_env = launch_environ(environ=env, argv=[sys.executable, "-c", "print('ran')"])
     code = (f"import sys, dsv41_flags, {program.target} as t\n"
             "print('ran', dsv41_flags.current_runtime() is not None, t.Worker().forward())")
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env, cwd=program.dir,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cmd([sys.executable, "-c", code], child_env, program.dir)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "ran True patched 'x'\n"
     text = [line for line in proc.stderr.splitlines() if not line.startswith("{")]
@@ -130,8 +127,7 @@ def test_raising_user_sitecustomize_is_reported_once_and_the_program_runs(progra
     names = [e["event"] for e in events(proc.stderr)]
     assert names == ["flags.resolved", "sitecustomize.failed", "feature.installed"]
     # and through the CLI: the program runs, its own report is the same
-    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", code], env=env, cwd=program.dir,
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, program.dir)
     assert proc.returncode == 0 and proc.stdout == "ran True patched 'x'\n", proc.stderr
     assert proc.stderr.count("Error in sitecustomize") == 2   # the CLI process, then the program
     assert "KeyError" not in proc.stderr
@@ -152,22 +148,18 @@ def foreign_python(tmp_path):
 
 def test_run_refuses_an_interpreter_without_dsv41_flags_in_strict_mode(program, foreign_python):
     env = {**program.env, "PATH": f"{foreign_python}{os.pathsep}{program.env['PATH']}"}
-    proc = subprocess.run([CLI, "run", "--", "python3", "-c", "print('ran')"], env=env,
-                          cwd=program.dir, capture_output=True, text=True, timeout=120)
+    proc = run_cmd([CLI, "run", "--", "python3", "-c", "print('ran')"], env, program.dir)
     assert proc.returncode == 1 and proc.stdout == ""
     assert (f"the interpreter {foreign_python / 'python3'} cannot import dsv41_flags" in proc.stderr
             and "activate that environment" in proc.stderr)
     assert "not starting python3: feature(s) demo_fix armed and strict mode is on" in proc.stderr
     # non-strict: a warning, and the program starts
-    proc = subprocess.run([CLI, "run", "--", "python3", "-c", "print('ran')"],
-                          env={**env, "DSV41_STRICT": "0"}, cwd=program.dir, capture_output=True,
-                          text=True, timeout=120)
+    proc = run_cmd([CLI, "run", "--", "python3", "-c", "print('ran')"], {**env, "DSV41_STRICT": "0"}, program.dir)
     assert proc.returncode == 0 and proc.stdout == "ran\n", proc.stderr
     assert "warning: the interpreter" in proc.stderr and "starting anyway" in proc.stderr
     # nothing armed: nothing to check, nothing said
     program.settings.write_text("[default]\ndemo_fix = false\n")
-    proc = subprocess.run([CLI, "run", "--", "python3", "-c", "print('ran')"], env=env,
-                          cwd=program.dir, capture_output=True, text=True, timeout=120)
+    proc = run_cmd([CLI, "run", "--", "python3", "-c", "print('ran')"], env, program.dir)
     assert proc.returncode == 0 and "cannot import dsv41_flags" not in proc.stderr
 
 

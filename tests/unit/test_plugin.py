@@ -2,12 +2,11 @@
 level, so a package that cannot be imported is still reported and stops a strict boot, even with
 stderr closed or full."""
 
-import subprocess
 import sys
 
 import pytest
 
-from ._child import REPO, clean_env
+from ._child import REPO, clean_env, run_cmd
 
 
 def test_the_engine_plugin_entry_imports_nothing_of_the_package_at_module_level():
@@ -29,7 +28,7 @@ def test_the_engine_plugin_entry_imports_nothing_of_the_package_at_module_level(
             "ep.load()()\nprint('BOOTED')\n")
     for strict, code_expected in ((None, 3), ("0", 0)):
         env = clean_env(**({"DSV41_STRICT": strict} if strict else {}))
-        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        proc = run_cmd([sys.executable, "-c", code], env, None, timeout=60)
         assert proc.returncode == code_expected and proc.stderr.count("flags.error") == 1, proc.stderr
         assert ("BOOTED" in proc.stdout) == (code_expected == 0) and "Traceback" not in proc.stderr
 
@@ -41,6 +40,6 @@ def test_a_package_that_cannot_load_still_stops_with_stderr_closed_or_full(stder
             + "sys.modules['dsv41_flags.activation'] = None\n"
             "import dsv41_flags_plugin as p\n"
             "try:\n    p.load()\nexcept SystemExit as exc:\n    print('exit', exc.code)\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True, timeout=60)
+    proc = run_cmd([sys.executable, "-c", code], clean_env(), None, timeout=60)
     # 120: the interpreter's own flush of the /dev/full stream at exit, after the test's print
     assert proc.returncode in (0, 120) and proc.stdout.strip() == "exit 3", (proc.stdout, proc.stderr)

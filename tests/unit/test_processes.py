@@ -5,7 +5,6 @@ Each test runs its "launching process" as a fresh interpreter so the test proces
 environment and runtime stay untouched."""
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -59,8 +58,7 @@ def test_spawn_child_installs_from_snapshot_and_logs_its_own_event(launch):
     # the settings file changes after the parent resolved: the child must not see it
     script = CHILD.replace("MUTATE", f"open({str(settings)!r}, 'w').write('[default]\\ndemo_patch = false\\n')")
     (tmp / "parent.py").write_text(script)
-    proc = subprocess.run([sys.executable, str(tmp / "parent.py")], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=tmp)
+    proc = run_cmd([sys.executable, str(tmp / "parent.py")], env, tmp)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["forward"] == "patched" and result["from_snapshot"] is True
@@ -78,8 +76,7 @@ def test_child_without_snapshot_resolves_itself(launch):
     # child with the marker but no snapshot says so instead: tests/unit/test_children.py)
     (tmp / "parent.py").write_text(CHILD.replace(
         "MUTATE", "os.environ.pop('DSV41_SNAPSHOT'); os.environ.pop('DSV41_LAUNCH')"))
-    proc = subprocess.run([sys.executable, str(tmp / "parent.py")], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=tmp)
+    proc = run_cmd([sys.executable, str(tmp / "parent.py")], env, tmp)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["from_snapshot"] is False and result["forward"] == "patched"
@@ -99,8 +96,7 @@ def test_launcher_reaches_a_spawned_grandchild(launch):
             raise SystemExit(7)
     """)
     (tmp / "prog.py").write_text(code)
-    proc = subprocess.run([CLI, "run", "--", sys.executable, str(tmp / "prog.py")], env=env,
-                          capture_output=True, text=True, timeout=120, cwd=tmp)
+    proc = run_cmd([CLI, "run", "--", sys.executable, str(tmp / "prog.py")], env, tmp)
     assert proc.returncode == 7, proc.stderr                  # exit code passes through
     line = [l for l in proc.stdout.splitlines() if l.startswith("GRANDCHILD")][0]
     _, pid, forward, state = line.split()
@@ -114,10 +110,9 @@ def test_launcher_chains_existing_sitecustomize(launch):
     other.mkdir()
     (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE'] = 'ran'\n")
     env["PYTHONPATH"] = f"{tmp}{os.pathsep}{other}"
-    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c",
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c",
                            "import os, dsv41_flags; print(os.environ.get('OTHER_SITE'), "
-                           "dsv41_flags.current_runtime() is not None)"],
-                          env=env, capture_output=True, text=True, timeout=60, cwd=tmp)
+                           "dsv41_flags.current_runtime() is not None)"], env, tmp, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ran", "True"]
 
@@ -125,8 +120,7 @@ def test_launcher_chains_existing_sitecustomize(launch):
 def test_launcher_refuses_bad_settings_before_starting(launch):
     tmp, settings, env = launch
     env["DSV41_DEMO_PATCH"] = "maybe"
-    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=tmp)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], env, tmp, timeout=60)
     assert proc.returncode == 1 and "STARTED" not in proc.stdout
     assert "DSV41_DEMO_PATCH='maybe'" in proc.stderr
 
@@ -136,8 +130,7 @@ def test_plugin_and_launcher_in_one_process_activate_once(launch):
     code = ("import dsv41_flags, dsv41_flags_plugin as p\n"
             "a = dsv41_flags.current_runtime(); p.load(); b = dsv41_flags.activate()\n"
             "print(a is b and a is not None)\n")
-    proc = subprocess.run([CLI, "run", "--", sys.executable, "-c", code], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=tmp)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, tmp, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
     assert len([e for e in events(proc.stderr) if e["event"] == "flags.resolved"]) == 1
@@ -168,8 +161,7 @@ def test_no_import_finder_added_when_nothing_is_armed(launch, armed):
     code = ("import sys; before = list(sys.meta_path)\n"
             "import dsv41_flags; dsv41_flags.activate()\n"
             "print([type(f).__name__ for f in sys.meta_path if f not in before])\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=tmp)
+    proc = run_cmd([sys.executable, "-c", code], env, tmp, timeout=60)
     assert proc.returncode == 0, proc.stderr
     added = eval(proc.stdout.strip())
     # the shipped folded_fence is a live feature: installed (bypassed) even when off, so its

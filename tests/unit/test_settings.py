@@ -2,7 +2,6 @@
 the ``settings_files`` argument refused with a SettingsError naming them, never a hang."""
 import json
 import os
-import subprocess
 import threading
 
 import pytest
@@ -362,8 +361,7 @@ def test_a_wrong_settings_files_argument_is_a_settings_error_naming_it(value):
 @pytest.mark.parametrize("how", ["-s", "env"])
 def test_a_settings_path_with_no_file_name_is_refused_cleanly(how):
     cmd = [CLI, "status"] + (["-s", "/"] if how == "-s" else [])
-    proc = subprocess.run(cmd, env=clean_env(**({"DSV41_SETTINGS": "/"} if how == "env" else {})),
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = run_cmd(cmd, clean_env(**({"DSV41_SETTINGS": "/"} if how == "env" else {})), REPO)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "ValueError" not in proc.stderr
     assert "settings file / (named by" in proc.stderr and "is a directory" in proc.stderr
 
