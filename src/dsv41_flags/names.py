@@ -53,7 +53,7 @@ RESERVED: dict[str, ReservedName] = {r.key: r for r in (
                  "list", ()),
     ReservedName("FINGERPRINT", "the fingerprint table (prefixes, volatile, volatile_argv)"),
     ReservedName("SECRET_NAMES", "names that mark a secret, added to the engine's (a variable or "
-                 "launch option whose name holds one is never kept; see fingerprint.is_secret)",
+                 "launch option whose name holds one is never kept; see secrecy.is_secret)",
                  "list", ()),
     ReservedName("API_KEY", "key sent by set / status --url to the server (DSV41_API_KEY): a "
                  "secret, read only by the CLI, never kept"),

@@ -19,7 +19,8 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
 from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
-from dsv41_flags.fingerprint import MASK, Fingerprint, compute, is_secret, own_argv, secret_names
+from dsv41_flags.fingerprint import Fingerprint, compute, own_argv
+from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
@@ -199,7 +200,7 @@ class Runtime:
     def option_report(self, feature: Feature) -> dict[str, dict[str, Any]]:
         """Option name -> ``{"value", "source"}`` (source as for flags; ``default`` for an option
         the snapshot does not know), as reported (events, ``status``): the value of an option
-        whose key marks a secret (``fingerprint.is_secret``) is ``fingerprint.MASK``."""
+        whose key marks a secret (``secrecy.is_secret``) is ``secrecy.MASK``."""
         secrets = secret_names(self.resolution)
         out = {}
         for o in feature.options:
@@ -821,7 +822,7 @@ def settings_file_list(value: Any) -> list[str] | None:
 
 def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:
     """The ``DSV41_*`` variables a snapshot records: neither ``DSV41_SNAPSHOT``, ``DSV41_LAUNCH``
-    nor a secret (``fingerprint.is_secret``: ``DSV41_API_KEY`` and the like are kept nowhere)."""
+    nor a secret (``secrecy.is_secret``: ``DSV41_API_KEY`` and the like are kept nowhere)."""
     secrets = secret_names()
     return {k: v for k, v in environ.items()
             if k.startswith(ENV_PREFIX) and k not in (SNAPSHOT_VAR, LAUNCH_VAR)

@@ -27,6 +27,7 @@ from dsv41_flags.errors import Problem, SettingsError
 from dsv41_flags.text import excerpt, quoted
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
+from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
 
 DEFAULT_PROFILE = "default"
@@ -400,17 +401,24 @@ def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, 
 
 
 def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
-                problems: list[Problem], kind: str = "") -> tuple[Any, str, bool]:
+                problems: list[Problem], kind: str = "",
+                secret_extra: tuple[str, ...] = ()) -> tuple[Any, str, bool]:
     """Cast every entry of the chain; return (value of the last valid layer, its source, ok).
     ``ok`` is False when any layer is invalid (each one is a problem naming the variable or the
     file [section] key, the value as written there, and what is accepted): an invalid layer is
-    skipped, never guessed, and the value shown is the one of the layer below it."""
+    skipped, never guessed, and the value shown is the one of the layer below it. A key whose
+    name marks a secret (``secrecy.is_secret``; ``secret_extra``: the settings' own
+    ``secret_names``) has its value shown as ``secrecy.MASK``."""
     value, source, ok, bad = None, "", False, False
     for origin, raw in chain:
         try:
             value, source, ok = cast_layer(key, kind, caster, origin, raw), origin, True
         except CastError as exc:
-            if origin.startswith("env "):
+            if is_secret(key, secret_names(extra=secret_extra)):
+                where = f"{origin[4:]} (environment variable)" if origin.startswith("env ") \
+                    else f"{key.lower()} ({origin})"
+                written = f"{where}: its value ({MASK}, a secret)"
+            elif origin.startswith("env "):
                 written = f"{origin[4:]}={_short(raw)} (environment variable)"
             else:
                 literal = file_literal(origin, key)
@@ -440,6 +448,33 @@ def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
     if kind and origin != DECLARED_DEFAULT and not origin.startswith("env "):
         check_file_value(kind, raw, file_literal(origin, key))
     return caster(raw)
+
+
+def reread(key: str, origin: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The raw value of ``key`` at the layer ``origin`` of its chain, read again: ``env VAR`` ->
+    ``environ[VAR]`` (default ``os.environ``); ``<file> [<section>]`` -> the TOML value under
+    ``[section]`` (key case ignored) of that file as it is now. For a secret, which no snapshot
+    carries. Raises LookupError naming the layer when the value is not there any more (the file
+    unreadable, the section or key gone, the variable unset)."""
+    if origin.startswith("env "):
+        environ = os.environ if environ is None else environ
+        if origin[4:] not in environ:
+            raise LookupError(f"{origin[4:]} is not set in this process")
+        return environ[origin[4:]]
+    import tomllib
+
+    path, _, section = origin.rpartition(" [")
+    section = section.rstrip("]")
+    try:
+        data = tomllib.loads(read_regular(path, SETTINGS_MAX_BYTES).decode("utf-8"))
+    except Exception as exc:  # OSError, FileRefused, a decode or TOML error
+        raise LookupError(f"{path} cannot be read again: {type(exc).__name__}") from None
+    table = next((v for k, v in data.items() if k.lower() == section.lower()
+                  and isinstance(v, dict)), None)
+    found = [v for k, v in (table or {}).items() if k.lower() == key.lower()]
+    if not found:
+        raise LookupError(f"{path} has no {key.lower()} under [{section}] any more")
+    return found[0]
 
 
 def file_literal(origin: str, key: str) -> str | None:
@@ -558,7 +593,8 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
                 what = f"option {key} ({option.kind} option {quoted(option.name)} of feature {feature.name})"
                 caster = option.cast
             value, source, ok = _cast_chain(key, what, chain, caster, problems,
-                                            "bool" if option is None else option.kind)
+                                            "bool" if option is None else option.kind,
+                                            tuple(reserved.get("SECRET_NAMES") or ()))
             values[key] = Resolved(key, feature.name, None if option is None else option.name,
                                    value, source, tuple(chain))
 

@@ -15,6 +15,9 @@ untrusted text:
   KeyError);
 * values: every flag and option value is re-cast through its feature's declared type and bounds,
   every reserved setting through its declared type; a key no loaded feature owns is refused;
+* secrets: a key whose name marks a secret (``secrecy.is_secret``) carries no value, only its
+  source; the child reads it again there (the variable it inherited, or the settings file) and
+  casts it as the launch did, or says that it cannot (SnapshotError naming key and source);
 * code: an entry point is loaded only when an installed distribution declares it in the group
   ``dsv41_flags.features``; a feature file only when it lies in the launch's features directory
   and its content still has the sha256 the launch recorded (the verified bytes are what runs, so a
@@ -52,8 +55,10 @@ from dsv41_flags.errors import Problem, SnapshotError
 from dsv41_flags.text import quoted
 from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
-from dsv41_flags.names import RESERVED_TYPES, SNAPSHOT_VAR
+from dsv41_flags.names import DECLARED_DEFAULT, RESERVED_TYPES, SNAPSHOT_VAR
 from dsv41_flags.resolution import EMPTY, Resolution, Resolved, _jsonable
+from dsv41_flags.secrecy import MASK, is_secret, secret_names
+from dsv41_flags.settings import cast_layer, reread
 from dsv41_flags.values import CastError, cast, cast_bool
 
 VERSION = 3
@@ -118,11 +123,37 @@ class Launch(NamedTuple):
 
 
 # --------------------------------------------------------------- the records, both directions
-def resolved_to_dict(resolved: Resolved) -> dict:
-    """JSON-ready dict of one resolved key (tuples as lists)."""
+def resolved_to_dict(resolved: Resolved, secret: bool = False) -> dict:
+    """JSON-ready dict of one resolved key (tuples as lists). A ``secret`` key carries no value:
+    ``value`` None, every chain value ``MASK`` and ``"secret": true`` (the child reads it again
+    from its source: ``resolved_from_dict``)."""
+    if secret:
+        return {"key": resolved.key, "feature": resolved.feature, "option": resolved.option,
+                "value": None, "source": resolved.source, "secret": True,
+                "chain": [[s, MASK] for s, _ in resolved.chain]}
     return {"key": resolved.key, "feature": resolved.feature, "option": resolved.option,
             "value": _jsonable(resolved.value), "source": resolved.source,
             "chain": [[s, _jsonable(v)] for s, v in resolved.chain]}
+
+
+def _secret_value(key: str, entry: Mapping, feature: Feature, option) -> Any:
+    """The value of a secret ``key`` whose entry carries none: the declared default, or the raw
+    value read again at its source (``settings.reread``: the variable this process inherited, or
+    the settings file) and cast as the launch cast it. Raises SnapshotError naming the key and
+    the source, never the value."""
+    source = entry["source"]
+    if source == DECLARED_DEFAULT:
+        return feature.default if option is None else option.default
+    caster = cast_bool if option is None else option.cast
+    kind = "bool" if option is None else option.kind
+    try:
+        return cast_layer(key, kind, caster, source, reread(key, source))
+    except LookupError as exc:
+        raise _fail(f"secret {key}: the snapshot carries no secret value and it cannot be read "
+                    f"again from {source}: {exc}") from None
+    except CastError as exc:
+        raise _fail(f"secret {key}: the value read again from {source} ({MASK}) is not a valid "
+                    f"value; accepted: {exc.accepted}") from None
 
 
 def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
@@ -137,6 +168,10 @@ def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
         raise _fail(f"{where}: labelled feature={quoted(entry['feature'])} option={quoted(entry['option'])}, but "
                     f"the key belongs to feature {quoted(feature.name)}"
                     + (f" option {quoted(option.name)}" if option else " (its flag)"))
+    if entry.get("secret") is True:
+        chain = tuple((s, v) for s, v in entry["chain"])
+        return Resolved(key, feature.name, option.name if option else None,
+                        _secret_value(key, entry, feature, option), entry["source"], chain)
     try:
         value = cast_bool(entry["value"]) if option is None else option.cast(entry["value"])
     except CastError as exc:
@@ -148,10 +183,13 @@ def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
 
 
 def resolution_to_dict(resolution: Resolution) -> dict:
-    """JSON-ready form of a resolution (``reserved_values`` stays out: ``explain`` only)."""
+    """JSON-ready form of a resolution (``reserved_values`` stays out: ``explain`` only). A key
+    whose name marks a secret (``secrecy.is_secret``) carries no value (``resolved_to_dict``)."""
+    secrets = secret_names(resolution)
     return {"profile": resolution.profile, "profiles": list(resolution.profiles),
             "files": list(resolution.files),
-            "values": {k: resolved_to_dict(v) for k, v in resolution.values.items()},
+            "values": {k: resolved_to_dict(v, bool(is_secret(k, secrets)))
+                       for k, v in resolution.values.items()},
             "reserved": {k: _jsonable(v) for k, v in resolution.reserved.items()},
             "volatile_sources": dict(resolution.volatile_sources),
             "problems": [[p.key, p.origin, p.message, p.severity] for p in resolution.problems],

@@ -1,9 +1,10 @@
 """Secrets are never kept: a launch option or variable whose name marks a secret (the rule of
-``fingerprint.is_secret``: the core's secret names, the engine adapter's, the settings'
+``secrecy.is_secret``: the core's secret names, the engine adapter's, the settings'
 ``secret_names``) never enters the fingerprint, and its value is written nowhere: not in the
 sidecar, the snapshot, the events, ``fingerprint --explain``, ``status``, ``explain``, ``--json``
 or an error. Where a value must be shown it is ``***``."""
 import json
+import hashlib
 import os
 import re
 import subprocess
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dsv41_flags.engines import EngineFacts
-from dsv41_flags.fingerprint import CORE_SECRETS, MASK, compute, is_secret, name_parts, secret_names
+from dsv41_flags.fingerprint import compute
+from dsv41_flags.secrecy import CORE_SECRETS, MASK, is_secret, name_parts, secret_names
 
 from ..conftest import REPO_SETTINGS
 
@@ -192,7 +194,7 @@ def test_a_secret_option_of_a_feature_is_shown_as_the_mask(tmp_path, env):
      ["x", "--ssl-keyfile-password", MASK, "--ssl-keyfile", "k.pem"]),
 ])
 def test_a_launch_command_is_shown_without_secret_values(argv, shown):
-    from dsv41_flags.fingerprint import masked_argv
+    from dsv41_flags.secrecy import masked_argv
 
     assert masked_argv(argv, secret_names(facts=sglang_facts())) == shown
 
@@ -210,13 +212,13 @@ def test_a_diff_against_an_old_sidecar_holding_secrets_shows_them_masked(env, tm
 
 
 def test_the_documented_secret_rule_is_the_code_s():
-    from dsv41_flags.fingerprint import CORE_SECRETS
+    from dsv41_flags.secrecy import CORE_SECRETS
     docs = Path(__file__).parents[2] / "docs"
     fingerprint_md = (docs / "fingerprint.md").read_text()
     listed = fingerprint_md.split("The framework's secret names:", 1)[1].split("\n- ", 1)[0]
     assert sorted(re.findall(r"`([a-z0-9-]+)`", listed)) == sorted(CORE_SECRETS)
     trust = (docs / "trust-and-errors.md").read_text()
-    assert "fingerprint.is_secret" in trust and "a bare `key`\nor `token` marks nothing" in trust
+    assert "secrecy.is_secret" in trust and "a bare `key`\nor `token` marks nothing" in trust
     for bare in ("key", "token"):
         assert not is_secret(bare) and not is_secret(f"SGLANG_{bare.upper()}_DTYPE")
 
@@ -234,3 +236,59 @@ def test_a_process_status_shows_a_secret_option_as_the_mask(tmp_path, make_runti
                       features_dir=fdir)
     answer = json.dumps(process_status(rt), default=str)
     assert "S3CRETA" not in answer and MASK in answer
+
+
+@pytest.mark.parametrize("where", ["file", "env"])
+def test_a_secret_option_never_travels_in_the_snapshot_and_the_child_reads_it_again(tmp_path, env, where):
+    fdir = tmp_path / "features"
+    fdir.mkdir()
+    (fdir / "remote_cache.py").write_text(
+        "from dsv41_flags import Feature, Option\n"
+        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
+        "    summary='a cache behind a password', engine='',\n"
+        "    options=(Option('password', 'str', default=''), Option('size', 'int', default=1)))\n")
+    settings = tmp_path / "settings.toml"
+    written = SECRETS["A"] if where == "file" else "not-the-one"
+    settings.write_text(f'[default]\nremote_cache = true\nremote_cache_password = "{written}"\n')
+    env = {**env, "DSV41_SETTINGS": str(settings), "DSV41_FEATURES_DIR": str(fdir)}
+    if where == "env":
+        env["DSV41_REMOTE_CACHE_PASSWORD"] = SECRETS["B"]
+    expected = SECRETS["A"] if where == "file" else SECRETS["B"]
+    digest = hashlib.sha256(expected.encode()).hexdigest()  # the probe's own text holds no secret
+    probe = ("import hashlib, os, dsv41_flags\n"
+             "raw = os.environ.get('DSV41_SNAPSHOT', '')\n"
+             "if raw.startswith('file:'):\n"
+             "    raw = open(raw[5:].split('#')[0]).read()\n"
+             "rt = dsv41_flags.activate()\n"
+             "value = rt.resolution.values['REMOTE_CACHE_PASSWORD'].value\n"
+             f"same = hashlib.sha256(value.encode()).hexdigest() == {digest!r}\n"
+             "print('SNAPSHOT', raw)\n"
+             "print('FROM_SNAPSHOT', rt.from_snapshot, 'SAME', same)\n")
+    r = subprocess.run([sys.executable, "-c", MAIN, "run", "--", sys.executable, "-c", probe],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "FROM_SNAPSHOT True SAME True" in r.stdout, r.stdout + r.stderr
+    snapshot = r.stdout.split("SNAPSHOT ", 1)[1].split("\nFROM_SNAPSHOT")[0]
+    assert '"secret":true' in snapshot.replace(' ', '')
+    for s in SECRETS.values():
+        assert s not in snapshot, snapshot[max(0, snapshot.find(s) - 300):snapshot.find(s) + 50]
+    assert_no_secret(r.stderr, "the events")
+
+
+def test_a_bad_secret_option_value_is_named_never_shown(tmp_path, env):
+    fdir = tmp_path / "features"
+    fdir.mkdir()
+    (fdir / "remote_cache.py").write_text(
+        "from dsv41_flags import Feature, Option\n"
+        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
+        "    summary='a cache behind a key', engine='',\n"
+        "    options=(Option('api_key_n', 'int', default=1),))\n")
+    settings = tmp_path / "settings.toml"
+    settings.write_text(f'[default]\nremote_cache = true\nremote_cache_api_key_n = "{SECRETS["A"]}"\n')
+    env = {**env, "DSV41_SETTINGS": str(settings), "DSV41_FEATURES_DIR": str(fdir),
+           "DSV41_REMOTE_CACHE_API_KEY_N": SECRETS["B"]}
+    for args in (["status"], ["status", "--json"], ["validate", "--json"]):
+        r = cli(env, *args, cwd=tmp_path)
+        assert r.returncode != 0 and "REMOTE_CACHE_API_KEY_N" in r.stdout + r.stderr, (args, r)
+        assert "Traceback" not in r.stderr
+        assert_no_secret(r.stdout + r.stderr, " ".join(args))

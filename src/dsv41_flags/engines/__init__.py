@@ -47,7 +47,7 @@ class EngineFacts:
     renamed or overridden name; canonical_argv: ``argv -> (argv, notes)``, the launch command
     (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations);
     secrets: secret name (parts joined by ``-``, e.g. ``api-key``) -> why: a variable or launch
-    option whose name holds one is a secret, never kept (``fingerprint.is_secret``).
+    option whose name holds one is a secret, never kept (``secrecy.is_secret``).
     """
 
     engine: str
@@ -140,3 +140,7 @@ def adapter() -> EngineAdapter:
     return found
 
 
+def engine_facts() -> EngineFacts:
+    """The engine adapter's fingerprint facts (``engines.adapter().fingerprint``: the adapter
+    room is the one place that knows the engine); ``NO_FACTS`` without an engine adapter."""
+    return adapter().fingerprint or NO_FACTS

@@ -127,7 +127,7 @@ VOLATILE_ARGV: dict[str, str] = {
     "--mooncake-ib-device": "InfiniBand devices of this node",
 }
 
-#: secret name -> what it names (``fingerprint.is_secret``: the core's own list adds to these)
+#: secret name -> what it names (``secrecy.is_secret``: the core's own list adds to these)
 SECRET_NAMES: dict[str, str] = {
     "api-key": "--api-key / --admin-api-key (srt/server_args.py; sglang's /server_info shows "
                "them, upstream #30166)",
