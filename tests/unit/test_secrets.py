@@ -3,8 +3,8 @@
 ``secret_names``) never enters the fingerprint, and its value is written nowhere: not in the
 sidecar, the snapshot, the events, ``fingerprint --explain``, ``status``, ``explain``, ``--json``
 or an error. Where a value must be shown it is ``***``."""
-import json
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -119,6 +119,23 @@ def cli(env, *args, cwd):
                           capture_output=True, text=True, timeout=180)
 
 
+#: the options of a feature holding a password beside an ordinary setting
+PASSWORD_OPTIONS = "Option('password', 'str', default=''), Option('size', 'int', default=1)"
+
+
+def remote_cache_feature(tmp_path: Path, summary: str, options: str) -> Path:
+    """A features directory under ``tmp_path`` with one feature ``remote_cache`` (target json,
+    installs nothing) declaring ``options`` (Python source of the Option tuple's items)."""
+    fdir = tmp_path / "features"
+    fdir.mkdir()
+    (fdir / "remote_cache.py").write_text(
+        "from dsv41_flags import Feature, Option\n"
+        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
+        f"    summary={summary!r}, engine='',\n"
+        f"    options=({options}))\n")
+    return fdir
+
+
 def assert_no_secret(text: str, where: str):
     found = [s for s in SECRETS.values() if s in text]
     assert not found, f"{where} holds {found}"
@@ -160,13 +177,7 @@ def test_no_secret_in_any_output_file_event_or_snapshot(env, tmp_path):
 
 
 def test_a_secret_option_of_a_feature_is_shown_as_the_mask(tmp_path, env):
-    fdir = tmp_path / "features"
-    fdir.mkdir()
-    (fdir / "remote_cache.py").write_text(
-        "from dsv41_flags import Feature, Option\n"
-        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
-        "    summary='a cache behind a password', engine='',\n"
-        "    options=(Option('password', 'str', default=''), Option('size', 'int', default=1)))\n")
+    fdir = remote_cache_feature(tmp_path, "a cache behind a password", PASSWORD_OPTIONS)
     (tmp_path / "settings.toml").write_text(
         '[default]\nremote_cache = true\nremote_cache_password = "S3CRETA"\n')
     env = {**env, "DSV41_SETTINGS": str(tmp_path / "settings.toml"),
@@ -225,13 +236,7 @@ def test_the_documented_secret_rule_is_the_code_s():
 
 def test_a_process_status_shows_a_secret_option_as_the_mask(tmp_path, make_runtime):
     from dsv41_flags.status import process_status
-    fdir = tmp_path / "features"
-    fdir.mkdir()
-    (fdir / "remote_cache.py").write_text(
-        "from dsv41_flags import Feature, Option\n"
-        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
-        "    summary='a cache behind a password', engine='',\n"
-        "    options=(Option('password', 'str', default=''), Option('size', 'int', default=1)))\n")
+    fdir = remote_cache_feature(tmp_path, "a cache behind a password", PASSWORD_OPTIONS)
     rt = make_runtime('[default]\nremote_cache = true\nremote_cache_password = "S3CRETA"\n',
                       features_dir=fdir)
     answer = json.dumps(process_status(rt), default=str)
@@ -240,13 +245,7 @@ def test_a_process_status_shows_a_secret_option_as_the_mask(tmp_path, make_runti
 
 @pytest.mark.parametrize("where", ["file", "env"])
 def test_a_secret_option_never_travels_in_the_snapshot_and_the_child_reads_it_again(tmp_path, env, where):
-    fdir = tmp_path / "features"
-    fdir.mkdir()
-    (fdir / "remote_cache.py").write_text(
-        "from dsv41_flags import Feature, Option\n"
-        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
-        "    summary='a cache behind a password', engine='',\n"
-        "    options=(Option('password', 'str', default=''), Option('size', 'int', default=1)))\n")
+    fdir = remote_cache_feature(tmp_path, "a cache behind a password", PASSWORD_OPTIONS)
     settings = tmp_path / "settings.toml"
     written = SECRETS["A"] if where == "file" else "not-the-one"
     settings.write_text(f'[default]\nremote_cache = true\nremote_cache_password = "{written}"\n')
@@ -276,13 +275,7 @@ def test_a_secret_option_never_travels_in_the_snapshot_and_the_child_reads_it_ag
 
 
 def test_a_bad_secret_option_value_is_named_never_shown(tmp_path, env):
-    fdir = tmp_path / "features"
-    fdir.mkdir()
-    (fdir / "remote_cache.py").write_text(
-        "from dsv41_flags import Feature, Option\n"
-        "FEATURE = Feature(name='remote_cache', target='json', install=lambda m, c: None,\n"
-        "    summary='a cache behind a key', engine='',\n"
-        "    options=(Option('api_key_n', 'int', default=1),))\n")
+    fdir = remote_cache_feature(tmp_path, "a cache behind a key", "Option('api_key_n', 'int', default=1),")
     settings = tmp_path / "settings.toml"
     settings.write_text(f'[default]\nremote_cache = true\nremote_cache_api_key_n = "{SECRETS["A"]}"\n')
     env = {**env, "DSV41_SETTINGS": str(settings), "DSV41_FEATURES_DIR": str(fdir),
