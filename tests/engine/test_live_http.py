@@ -235,6 +235,8 @@ def test_a_switch_to_the_current_value_changes_nothing(server):
     assert status == 200 and body["ok"] is True and body["changed"] is False, body
     assert body["generation"] == before[0]
     assert (server.rt.live.generation, len(server.rt.live.history)) == before
+    assert [e for e in server.events if e["event"] == "feature.toggle_unchanged"
+            and e["requested_by"] == "y" * 256]
 
 
 # ------------------------------------------------------------------ who may call the routes

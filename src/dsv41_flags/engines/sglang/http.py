@@ -181,8 +181,8 @@ async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: floa
         return {**check, "ok": False, "error": (
             f"switch {fields['name']}={fields['value']!r} refused, nothing changed: the data-parallel "
             f"groups are on different generations {generations}")}
-    if not check.get("changed"):
-        return check                                       # every rank has that value already
+    # applied even when every rank has that value already: each rank then records the request
+    # (feature.toggle_unchanged) and keeps its generation
     done = await client.call(tm, SET_METHOD, timeout_s, phase="both",
                              expect_generation=generations[0], request_id=fields["request_id"],
                              **params)

@@ -31,7 +31,8 @@ What this module adds (only when a live feature is declared):
   rank apply it (generation + 1, the step = ``Scheduler.forward_ct``) and log
   ``feature.toggled``; otherwise every rank keeps its value and logs ``feature.toggle_refused``.
   A rank whose apply raises makes every rank roll back. A switch to the value every rank
-  already has is a no-op: nothing applied, no generation. ``phase="check"`` only votes;
+  already has is a no-op: each rank keeps its generation and logs ``feature.toggle_unchanged``
+  (who asked is on record). ``phase="check"`` only votes;
   ``phase="rollback"`` undoes the switch of request ``undo`` (the HTTP server's two phases
   across DP groups, which share no process group);
 - ``switch_engine`` / ``engine_status``: the same two methods for an offline ``Engine`` (its
@@ -194,8 +195,8 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
             return
         _answer(rt, {"ok": False, **base, "error": message, "ranks": votes})
         raise SwitchError(message)
-    unchanged = all(v["old"] == v["new"] for v in votes)
-    if phase == "check" or unchanged:                              # nothing to apply
+    if phase == "check":                                          # the votes only
+        unchanged = all(v["old"] == v["new"] for v in votes)
         _answer(rt, {"ok": True, **base, "old": votes[0]["old"], "new": votes[0]["new"],
                      "changed": not unchanged, "generation": generations[0], "step": step,
                      "ranks": votes})
