@@ -30,7 +30,7 @@ from dsv41_flags.engines import EngineFacts, engine_facts
 from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.resolution import EMPTY, Resolution, _jsonable
-from dsv41_flags.secrecy import is_secret, secret_names
+from dsv41_flags.secrecy import MASK, is_secret, option_is_secret, secret_names
 
 #: the framework's own variables always enter (by resolved value for flags and options)
 CORE_PREFIXES = {ENV_PREFIX: "dsv41_flags: its own variables"}
@@ -228,9 +228,11 @@ def _program(path: str) -> str:
 
 
 def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, volatile: dict,
-                secrets: Mapping[str, str] | None = None) -> list[str]:
-    """``argv`` without its volatile options and their values, nor any option whose name marks a
-    secret (``is_secret``), nor that option's value. Each one left out is named in ``excluded``."""
+                secrets: Mapping[str, str] | None = None, known: bool = False) -> list[str]:
+    """``argv`` without its volatile options and their values, nor any option that holds a
+    secret (``secrecy.option_is_secret``; ``known``: the engine spelled every option in full, so
+    none is taken for an abbreviation), nor that option's value. Each one left out is named in
+    ``excluded``."""
     out: list[str] = []
     skip_next = False
     for token in argv:
@@ -239,11 +241,47 @@ def _strip_argv(argv: Sequence[str], volatile_argv: set[str], excluded: dict, vo
             if not token.startswith("-"):
                 continue
         opt = token.split("=", 1)[0]
-        secret = is_secret(opt, secrets) if opt.startswith("-") and secrets is not None else ""
+        secret = option_is_secret(opt, secrets, abbreviation=not known) \
+            if opt.startswith("-") and secrets is not None else ""
         if opt in volatile_argv or secret:
             excluded[opt] = secret or volatile.get(opt, "settings fingerprint.volatile_argv")
             skip_next = "=" not in token
             continue
+        out.append(token)
+    return out
+
+
+def masked_argv(argv: Sequence[str], secrets: Mapping[str, str] | None = None,
+                facts: "EngineFacts | None" = None) -> list[str]:
+    """``argv`` as it may be shown: the value of every option that holds a secret (``--api-key S``
+    and ``--api-key=S``) replaced by ``MASK``. An option is judged as the program reads it: the
+    engine's launchers by their own spelling (``EngineFacts.canonical_argv``: ``--admin-api`` is
+    ``--admin-api-key``), any other program with abbreviations guessed
+    (``secrecy.option_is_secret``)."""
+    facts = engine_facts() if facts is None else facts
+    secrets = secret_names(facts=facts) if secrets is None else secrets
+    try:
+        normalized = normalize_argv(argv)
+        known = bool(facts.knows_options(normalized))
+    except Exception:  # noqa: BLE001 - an argv it cannot read: guess, never show a secret
+        normalized, known = list(argv), False
+    head = list(itertools.takewhile(lambda t: not t.startswith("-"), normalized))
+    out: list[str] = []
+    hide_next = False
+    for token in map(str, argv):
+        if hide_next and not token.startswith("-"):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        opt, eq, _ = token.partition("=")
+        if opt.startswith("-") and len(opt) > 1:
+            spelled = facts.canonical_argv(head + [opt])[0][-1] if known else opt
+            if option_is_secret(spelled, secrets, abbreviation=not known):
+                if eq:
+                    token = f"{opt}={MASK}"
+                else:
+                    hide_next = True
         out.append(token)
     return out
 
@@ -276,7 +314,8 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
                 volatile.setdefault(new, volatile.get(old, "settings fingerprint.volatile_argv")
                                     + f" (declared as {old})")
     secrets = secret_names(resolution, facts)
-    argv_part = _strip_argv(spelled, volatile_argv, excluded, volatile, secrets)
+    known = bool(facts.knows_options(normalize_argv(argv)))
+    argv_part = _strip_argv(spelled, volatile_argv, excluded, volatile, secrets, known)
     if argv_notes:
         included["argv"] += "; " + "; ".join(f"{k}: {v}" for k, v in sorted(argv_notes.items()))
 

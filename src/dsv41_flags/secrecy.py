@@ -20,6 +20,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from dsv41_flags.engines import EngineFacts, engine_facts
+from dsv41_flags.text import quoted
 
 #: secret name (parts joined by ``-``) -> why, whatever the engine (see the module docstring)
 CORE_SECRETS: dict[str, str] = {
@@ -74,26 +75,37 @@ def is_secret(name: str, secrets: Mapping[str, str] | None = None) -> str:
     return ""
 
 
-def masked_argv(argv: Sequence[str], secrets: Mapping[str, str] | None = None) -> list[str]:
-    """``argv`` as it may be shown: the value of every option whose name marks a secret
-    (``--api-key S`` and ``--api-key=S``) replaced by ``MASK``."""
+def option_is_secret(option: str, secrets: Mapping[str, str] | None = None, *,
+                     abbreviation: bool = True) -> str:
+    """Why the launch option ``option`` (``--name``, without ``=value``) holds a secret, or "".
+    Beyond ``is_secret``, with ``abbreviation`` (a program whose options are not known): an
+    argument parser (argparse) accepts any unique prefix of a long option, so ``--admin-api`` or
+    ``--api-ke`` may spell ``--admin-api-key``. Such a long option holds a secret too when a tail
+    of its parts, the last one possibly cut short, begins a secret name (``--admin-api``: ``api``
+    begins ``api-key``; ``--ssl-keyfile-pass``: ``pass`` begins ``password``). It is left out of
+    the fingerprint and shown as ``MASK`` even if the program meant another option: a secret is
+    never kept. The engine's own launchers need no guess: their options are spelled in full first
+    (``EngineFacts.canonical_argv``) and checked with ``abbreviation=False``."""
     secrets = secret_names() if secrets is None else secrets
-    out: list[str] = []
-    hide_next = False
-    for token in map(str, argv):
-        if hide_next and not token.startswith("-"):
-            out.append(MASK)
-            hide_next = False
+    why = is_secret(option, secrets)
+    if why or not abbreviation or not option.startswith("--"):
+        return why
+    parts = name_parts(option)
+    for i in range(len(parts)):
+        tail = "-".join(parts[i:])
+        if len(tail) < 2:
             continue
-        hide_next = False
-        opt, eq, _ = token.partition("=")
-        if opt.startswith("-") and len(opt) > 1 and is_secret(opt, secrets):
-            if eq:
-                token = f"{opt}={MASK}"
-            else:
-                hide_next = True
-        out.append(token)
-    return out
+        for secret, who in secrets.items():
+            whole = "-".join(name_parts(secret))
+            if whole.startswith(tail):
+                return f"secret: {option} may abbreviate an option holding {whole!r} ({who})"
+    return ""
+
+
+def shown(name: str, value: Any, secrets: Mapping[str, str] | None = None) -> str:
+    """``value`` as an error or a listing may show it: ``text.quoted`` (bounded), or ``MASK``
+    when ``name`` (a key, a variable, an option) marks a secret."""
+    return MASK if is_secret(name, secrets) else quoted(value)
 
 
 def mask(name: str, value: Any, secrets: Mapping[str, str] | None = None) -> Any:

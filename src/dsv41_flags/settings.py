@@ -27,7 +27,7 @@ from dsv41_flags.errors import Problem, SettingsError
 from dsv41_flags.text import excerpt, quoted
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
-from dsv41_flags.secrecy import MASK, is_secret, secret_names
+from dsv41_flags.secrecy import MASK, is_secret, secret_names, shown
 from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
 
 DEFAULT_PROFILE = "default"
@@ -159,7 +159,7 @@ def _dynaconf_specials(data: Mapping[str, Any], path: Path) -> list[Problem]:
     def refuse(section: str, key: str, value: Any, what: str) -> None:
         origin = f"{path} [{section}]" if section else str(path)
         problems.append(Problem(key.upper(), origin,
-                                f"{origin}: {key} = {quoted(value)} is {what}: refused; {_DYNACONF_ACCEPTED}"))
+                                f"{origin}: {key} = {shown(key, value)} is {what}: refused; {_DYNACONF_ACCEPTED}"))
 
     def walk(value: Any, section: str, where: str) -> None:
         if isinstance(value, dict):
@@ -673,7 +673,7 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                 # DSV41_DYNACONF_INCLUDE would make Dynaconf load a file never listed as loaded:
                 # an error whatever the strict mode
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}="
-                                        f"{quoted(environ[name])} is {special}: refused; {_DYNACONF_ACCEPTED}"))
+                                        f"{shown(name, environ[name])} is {special}: refused; {_DYNACONF_ACCEPTED}"))
             elif key == "FINGERPRINT":
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}: the "
                                         f"fingerprint table cannot be set through a variable (set "

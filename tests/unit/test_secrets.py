@@ -197,17 +197,48 @@ def test_a_secret_option_of_a_feature_is_shown_as_the_mask(tmp_path, env):
             assert MASK in r.stdout, (args, r.stdout)
 
 
+SGLANG = ["python", "-m", "sglang.launch_server"]
+
+
 @pytest.mark.parametrize("argv,shown", [
-    (["x", "--api-key", "S", "--tp", "2"], ["x", "--api-key", MASK, "--tp", "2"]),
-    (["x", "--admin-api-key=S", "--port=1"], ["x", f"--admin-api-key={MASK}", "--port=1"]),
-    (["x", "--api-key", "--tp", "2"], ["x", "--api-key", "--tp", "2"]),
-    (["x", "--ssl-keyfile-password", "S", "--ssl-keyfile", "k.pem"],
-     ["x", "--ssl-keyfile-password", MASK, "--ssl-keyfile", "k.pem"]),
+    (SGLANG + ["--api-key", "S", "--tp", "2"], SGLANG + ["--api-key", MASK, "--tp", "2"]),
+    (SGLANG + ["--admin-api-key=S", "--port=1"], SGLANG + [f"--admin-api-key={MASK}", "--port=1"]),
+    (SGLANG + ["--api-key", "--tp", "2"], SGLANG + ["--api-key", "--tp", "2"]),
+    (SGLANG + ["--ssl-keyfile-password", "S", "--ssl-keyfile", "k.pem", "--base-gpu-id", "1"],
+     SGLANG + ["--ssl-keyfile-password", MASK, "--ssl-keyfile", "k.pem", "--base-gpu-id", "1"]),
+    # sglang's parser takes a unique prefix of an option: judged as sglang reads it
+    (SGLANG + ["--admin-api", "S", "--api-ke=S", "--ssl-keyfile-pass", "S"],
+     SGLANG + ["--admin-api", MASK, f"--api-ke={MASK}", "--ssl-keyfile-pass", MASK]),
+    # a program whose options are not known: a possible abbreviation of a secret is masked
+    (["python", "serve.py", "--admin-api", "S", "--db-pass=S", "--port", "1"],
+     ["python", "serve.py", "--admin-api", MASK, f"--db-pass={MASK}", "--port", "1"]),
 ])
 def test_a_launch_command_is_shown_without_secret_values(argv, shown):
-    from dsv41_flags.secrecy import masked_argv
+    from dsv41_flags.fingerprint import masked_argv
 
-    assert masked_argv(argv, secret_names(facts=sglang_facts())) == shown
+    assert masked_argv(argv, secret_names(facts=sglang_facts()), sglang_facts()) == shown
+
+
+@pytest.mark.parametrize("argv", [
+    SGLANG + ["--admin-api", "S3CRETA", "--api-ke", "S3CRETB"],
+    ["python", "serve.py", "--admin-api", "S3CRETA", "--db-pass=S3CRETB"],
+])
+def test_an_abbreviated_secret_option_never_enters_the_fingerprint(argv):
+    from dsv41_flags.runtime import resolve_launch
+
+    features, resolution, _ = resolve_launch([str(REPO_SETTINGS)], None)
+    fp = compute(resolution, features, argv, {}, sglang_facts())
+    assert "S3CRET" not in json.dumps(fp.payload) and "S3CRET" not in json.dumps(fp.excluded)
+
+
+def test_the_engines_own_options_are_no_abbreviations_of_a_secret():
+    from dsv41_flags.runtime import resolve_launch
+
+    features, resolution, _ = resolve_launch([str(REPO_SETTINGS)], None)
+    argv = SGLANG + ["--speculative-accept-threshold-acc", "0.5", "--enable-streaming-session",
+                     "--ssl-keyfile", "k.pem"]
+    fp = compute(resolution, features, argv, {}, sglang_facts())
+    assert fp.payload["argv"][1:] == argv[3:], fp.payload["argv"]
 
 
 def test_a_diff_against_an_old_sidecar_holding_secrets_shows_them_masked(env, tmp_path):

@@ -21,8 +21,8 @@ from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.text import quoted
 from dsv41_flags.names import RESERVED, suggest
-from dsv41_flags.fingerprint import compute, prefix_sources
-from dsv41_flags.secrecy import MASK, is_secret, masked_argv, secret_names
+from dsv41_flags.fingerprint import compute, masked_argv, prefix_sources
+from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.runtime import Runtime, resolve_launch
 from dsv41_flags.resolution import _jsonable

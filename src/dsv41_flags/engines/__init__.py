@@ -47,7 +47,10 @@ class EngineFacts:
     renamed or overridden name; canonical_argv: ``argv -> (argv, notes)``, the launch command
     (``normalize_argv`` form) with the engine's own option spellings (aliases, abbreviations);
     secrets: secret name (parts joined by ``-``, e.g. ``api-key``) -> why: a variable or launch
-    option whose name holds one is a secret, never kept (``secrecy.is_secret``).
+    option whose name holds one is a secret, never kept (``secrecy.is_secret``); knows_options:
+    ``argv -> bool`` (``normalize_argv`` form), True when ``canonical_argv`` spells every option
+    of this program as the program reads it (the engine's own launchers): an option it leaves
+    as written is then no abbreviation of another (``secrecy.option_is_secret``).
     """
 
     engine: str
@@ -58,6 +61,7 @@ class EngineFacts:
         field(default=lambda environ: (dict(environ), {}))
     canonical_argv: Callable[[list[str]], tuple[list[str], dict[str, str]]] = \
         field(default=lambda argv: (list(argv), {}))
+    knows_options: Callable[[list[str]], bool] = field(default=lambda argv: False)
 
 
 #: no engine adapter: nothing contributed to the fingerprint

@@ -323,6 +323,14 @@ def canonical_argv(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     return out, notes
 
 
+def knows_options(argv: list[str]) -> bool:
+    """True for a launch command (``normalize_argv`` form) of one of sglang's launchers, whose
+    options ``canonical_argv`` spells in full by the shipped option table."""
+    argv, _ = _serve_as_launch_server(list(argv))
+    return bool(argv) and argv[0] in LAUNCHERS and not (
+        argv[0] == "sglang" and (len(argv) < 2 or argv[1] != "serve"))
+
+
 FINGERPRINT = EngineFacts(
     engine=ENGINE,
     prefixes=ENV_PREFIXES,
@@ -330,4 +338,5 @@ FINGERPRINT = EngineFacts(
     secrets=SECRET_NAMES,
     canonical_env=canonical_env,
     canonical_argv=canonical_argv,
+    knows_options=knows_options,
 )
