@@ -35,6 +35,8 @@ CORE_SECRETS: dict[str, str] = {
     # the framework's own key for set / status --url
     "dsv41-api-key": "the CLI's key for the live routes (DSV41_API_KEY)",
 }
+#: the framework's setting that lists secret names (parts): names, not secrets
+LISTS_OF_SECRET_NAMES = {("secret", "names"), ("dsv41", "secret", "names")}
 #: what a secret's value is shown as, where one must be shown
 MASK = "***"
 _PARTS = re.compile(r"[-_.\s]+")
@@ -64,9 +66,13 @@ def secret_names(resolution: Any = None, facts: EngineFacts | None = None, *,
 def is_secret(name: str, secrets: Mapping[str, str] | None = None) -> str:
     """Why ``name`` (a variable, a launch option, a flag or option key) marks a secret: the
     secret name found in it and who declared it (``secrets``, default ``secret_names()``); ``""``
-    when it marks none. See the module docstring for the rule."""
+    when it marks none. See the module docstring for the rule. The framework's own setting that
+    lists secret names (``SECRET_NAMES``, ``DSV41_SECRET_NAMES``) holds names, not secrets, and is
+    shown as set."""
     secrets = secret_names() if secrets is None else secrets
     parts = name_parts(name)
+    if parts in LISTS_OF_SECRET_NAMES:
+        return ""
     for secret, why in secrets.items():
         wanted = name_parts(secret)
         n = len(wanted)

@@ -260,6 +260,27 @@ def test_the_key_is_sent_as_a_bearer_key_and_printed_nowhere(cli, server, how):
         assert r.exit_code == 1 and key not in r.output and "refused the key given" in r.output
 
 
+@pytest.mark.parametrize("answer", [
+    {"ok": False, "error": "you sent Bearer S3CRET-admin-key"},
+    {"ok": True, "ranks": [], "error": "", "S3CRET-admin-key": 1},
+    b"garbage Bearer S3CRET-admin-key",
+])
+def test_a_key_the_server_echoes_back_is_never_printed(cli, server, answer):
+    key = "S3CRET-admin-key"
+    for status in (200, 500):
+        server.answer(answer, status)
+        for command in (["status", "--url", server.url], ["set", "folded_fence=on", "--url", server.url]):
+            for extra in ([], ["--json"]):
+                r = cli(*command, "--api-key", key, *extra)
+                assert "Traceback" not in r.output and key not in r.output, (command, r.output)
+
+
+def test_a_switch_to_the_current_value_says_nothing_changed(cli, server):
+    server.answer({**APPLIED, "old": True, "new": True, "changed": False})
+    r = cli("set", "folded_fence=on", "--url", server.url)
+    assert r.exit_code == 0 and "already on" in r.output and "nothing changed" in r.output, r.output
+
+
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_refusal_for_want_of_the_key_says_how_to_give_it(cli, server, status):
     server.answer({"error": "Unauthorized"}, status)

@@ -316,3 +316,12 @@ def test_a_bad_secret_option_value_is_named_never_shown(tmp_path, env):
         assert r.returncode != 0 and "REMOTE_CACHE_API_KEY_N" in r.stdout + r.stderr, (args, r)
         assert "Traceback" not in r.stderr
         assert_no_secret(r.stdout + r.stderr, " ".join(args))
+
+
+def test_the_setting_that_lists_secret_names_is_shown_as_set(tmp_path, env):
+    (tmp_path / "settings.toml").write_text('[default]\nsecret_names = ["license-blob"]\n')
+    env = {**env, "DSV41_SETTINGS": str(tmp_path / "settings.toml")}
+    r = cli(env, "explain", "secret_names", cwd=tmp_path)
+    assert r.returncode == 0 and "license-blob" in r.stdout, r.stdout + r.stderr
+    assert not is_secret("SECRET_NAMES") and not is_secret("DSV41_SECRET_NAMES")
+    assert is_secret("MY_SECRET_NAME") and is_secret("DB_SECRET")

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from dsv41_flags.secrecy import MASK
 from dsv41_flags.text import quoted
 from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.engines import adapter
@@ -157,14 +158,30 @@ def _refused_message(exc: Exception, api_key: str | None) -> str:
             f"{API_KEY_VAR})")
 
 
+def _redacted(data: Any, api_key: str | None) -> Any:
+    """``data`` (a decoded answer, or text) with every occurrence of ``api_key`` in its strings
+    (keys and values, at any depth) replaced by ``MASK``: a server may echo the key it was sent,
+    and nothing from a server is printed as received."""
+    if not api_key:
+        return data
+    if isinstance(data, str):
+        return data.replace(api_key, MASK)
+    if isinstance(data, dict):
+        return {_redacted(k, api_key): _redacted(v, api_key) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_redacted(v, api_key) for v in data]
+    return data
+
+
 def _call(send: Callable[[], Any], api_key: str | None) -> tuple[Any, str]:
-    """``(answer, error)`` of one call to the server: an error text when it cannot be asked."""
+    """``(answer, error)`` of one call to the server: an error text when it cannot be asked. The
+    key sent never comes back in either (``_redacted``)."""
     try:
-        return send(), ""
+        return _redacted(send(), api_key), ""
     except Refused as exc:
         return None, _refused_message(exc, api_key)
     except SwitchError as exc:
-        return None, str(exc)
+        return None, _redacted(str(exc), api_key)
 
 
 def _fail(error: str, as_json: bool, emit_json: Callable[[Any], None], code: int = 1,
@@ -240,6 +257,9 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
         _fail(_invalid("switch", exc), as_json, emit_json, feature=name)
     if as_json:
         emit_json(data)
+    elif isinstance(answer, Applied) and data.get("changed") is False:
+        out.print(f"{answer.feature}: already {_on(answer.new)} on {len(answer.ranks)} rank(s): "
+                  f"nothing changed, generation {answer.generation}")
     elif isinstance(answer, Applied):
         out.print(f"{answer.feature}: {_on(answer.old)} -> {_on(answer.new)}, generation "
                   f"{answer.generation}, on {len(answer.ranks)} rank(s) at step {answer.step}")
