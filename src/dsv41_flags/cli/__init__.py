@@ -434,7 +434,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
             _emit_json({"reserved": wanted, "what": what, "value": value,
                         "problems": [p.message for p in mine]})
         else:
-            out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see README)",
+            out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see docs/settings.md)",
                       highlight=False)
             for p in bad:
                 err.print(f"error: {p.message}", style="red", highlight=False)
@@ -472,7 +472,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
             out.print(f"  option {o['key']} ({o['kind']}, default {o['default']!r}{limits}"
                       f"{', volatile' if o['volatile'] else ''}): {o['help']}")
     else:
-        out.print(f"{wanted}: {data['what']} (reserved name, never a flag; see README)",
+        out.print(f"{wanted}: {data['what']} (reserved name, never a flag; see docs/settings.md)",
                   style="bold", highlight=False)
     for p in bad:
         err.print(f"error: {p.message}", style="red", highlight=False)

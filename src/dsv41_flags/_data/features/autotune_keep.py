@@ -7,7 +7,7 @@ and the fused-MoE tactics are re-drawn from timing noise (sglang#40320, fix prop
 sglang#40420).
 
 Here the digest covers only the load decision, as in #40420, plus one guard: a sidecar with the
-launch fingerprint (``dsv41_flags`` computes it once per launch; see README) written next to the
+launch fingerprint (``dsv41_flags`` computes it once per launch; see docs/fingerprint.md) written next to the
 cache after tuning. A cache is kept only when its sidecar matches the current launch, so a config
 change cannot leave one rank with a partial hit (a hit skips a profile, and a skipped profile on
 one rank desynchronises the timing reduction). A cache that must be re-tuned is moved aside
