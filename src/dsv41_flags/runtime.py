@@ -30,6 +30,7 @@ from dsv41_flags.patch import InstallContext, Ledger
 from dsv41_flags.resolution import Resolution
 from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
 from dsv41_flags.state import State, after_install, after_switch, after_uninstall, at_boot
+from dsv41_flags.text import quoted
 
 # Every framework module a process uses is imported above, at import time: nothing of the
 # framework is imported once a process runs (a fork while another thread imports a module would
@@ -757,6 +758,12 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         else:
             rt = Runtime(features, launch, from_snapshot=True, context=context)
             rt.snapshot_notes = snapshot_differences(launch.env, environ)
+            marker = environ.get(LAUNCH_VAR)
+            if marker is not None and marker != rt.launch_marker():
+                rt.snapshot_notes.append(
+                    f"{LAUNCH_VAR}={quoted(marker)} does not name the launch of {SNAPSHOT_VAR} "
+                    f"({rt.launch_marker()[:24]}...): a variable left over from another launch, "
+                    f"or set by hand; this process runs the snapshot's launch")
             return rt
     if refused is not None:  # the refused text is never read again (Dynaconf would parse it)
         environ = {k: v for k, v in environ.items() if k != SNAPSHOT_VAR}

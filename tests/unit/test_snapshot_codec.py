@@ -285,3 +285,23 @@ def test_leftover_snapshot_is_reported(make_runtime):
     child = build(None, None, environ={"DSV41_SNAPSHOT": parent.snapshot()}, argv=[],
                   configure_logging=False)
     assert any("DSV41_FOLDED_FENCE is not set here" in n for n in child.snapshot_notes)
+
+
+@pytest.mark.parametrize("marker", ["garbage\x1b", "1:" + "0" * 64])
+def test_a_launch_marker_that_names_another_launch_is_said(tmp_path, marker):
+    """A ``DSV41_LAUNCH`` beside a snapshot of another launch (left over, or set by hand) is
+    noted (``snapshot.mismatch``); the snapshot's launch is the one run."""
+    from dsv41_flags.runtime import build
+
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\n")
+    env = {"DSV41_SETTINGS": str(settings)}
+    parent = build(None, None, environ=env, argv=["prog"], use_snapshot=False,
+                   configure_logging=False)
+    env = {**env, "DSV41_SNAPSHOT": parent.snapshot(), "DSV41_LAUNCH": marker}
+    child = build(None, None, environ=env, argv=["prog"], configure_logging=False)
+    assert child.from_snapshot
+    assert any("DSV41_LAUNCH" in n and "another launch" in n for n in child.snapshot_notes)
+    same = build(None, None, environ={**env, "DSV41_LAUNCH": parent.launch_marker()},
+                 argv=["prog"], configure_logging=False)
+    assert not any("DSV41_LAUNCH" in n for n in same.snapshot_notes)
