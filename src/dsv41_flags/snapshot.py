@@ -58,7 +58,6 @@ from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
 from dsv41_flags.names import DECLARED_DEFAULT, RESERVED_TYPES, SNAPSHOT_VAR
 from dsv41_flags.resolution import EMPTY, Resolution, Resolved, _jsonable
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
-from dsv41_flags.settings import cast_layer, reread
 from dsv41_flags.values import CastError, cast, cast_bool
 
 VERSION = 3
@@ -144,6 +143,9 @@ def _secret_value(key: str, entry: Mapping, feature: Feature, option) -> Any:
     source = entry["source"]
     if source == DECLARED_DEFAULT:
         return feature.default if option is None else option.default
+    # only a launch with a secret needs the settings reader in a child
+    from dsv41_flags.settings import cast_layer, reread
+
     caster = cast_bool if option is None else option.cast
     kind = "bool" if option is None else option.kind
     try:
