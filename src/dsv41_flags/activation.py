@@ -35,6 +35,7 @@ from dsv41_flags.names import RESERVED, SNAPSHOT_VAR
 from dsv41_flags.runtime import Runtime, build
 from dsv41_flags.snapshot import spill_path
 from dsv41_flags.values import CastError, cast_bool
+from dsv41_flags.text import exception_text
 
 EXIT_STRICT = 3
 #: how long a fork waits, in all, for imports in progress at arming to complete so that the child
@@ -90,7 +91,7 @@ def _activate(settings_files, profile, role, context, export) -> Runtime:
         if _FAILED is not None and _FAILED[0] == pid:
             exc = _FAILED[1]
             raise ActivationError(f"activation of this process (pid {pid}) failed earlier: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+                                  f"{exception_text(exc)}") from exc
         rt = _RUNTIME
         if rt is not None and rt.pid == pid:
             if settings_files is not None or profile is not None:
@@ -282,7 +283,7 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
                    "running: " + ("every feature as in 'states'" if rt is not None
                                   else "no feature is applied in this process"))
     fields: dict[str, Any] = {
-        "cause": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__,
+        "cause": f"{exception_text(exc)}", "error_type": type(exc).__name__,
         "entry": entry, "strict": strict, "outcome": outcome,
         "internal": not isinstance(exc, FlagsError),
     }

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 from dsv41_flags.files import read_regular
 from dsv41_flags.fingerprint import Fingerprint, is_sha256
 from dsv41_flags.resolution import _jsonable
+from dsv41_flags.text import exception_text
 
 SIDECAR_SUFFIX = ".launch"
 
@@ -211,7 +212,7 @@ def read_sidecar(path: os.PathLike | str) -> Sidecar:
     try:
         return _read_sidecar(path)
     except Exception as exc:  # last resort: a fault not foreseen above is still an answer
-        return Sidecar("", None, error=f"{path}: unreadable ({type(exc).__name__}: {exc})")
+        return Sidecar("", None, error=f"{path}: unreadable ({exception_text(exc)})")
 
 
 def _read_sidecar(path: os.PathLike | str) -> Sidecar:

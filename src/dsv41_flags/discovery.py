@@ -30,6 +30,7 @@ from dsv41_flags.names import RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.files import FEATURE_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import check_volatile_declarations
+from dsv41_flags.text import exception_text
 
 ENTRY_POINT_GROUP = "dsv41_flags.features"
 PACKAGE = "dsv41_flags_features"
@@ -75,7 +76,7 @@ def _import_file(path: Path, source: bytes):
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise DeclarationError(f"{path}: importing the feature module raised "
-                               f"{type(exc).__name__}: {exc}") from exc
+                               f"{exception_text(exc)}") from exc
     return module
 
 
@@ -139,7 +140,7 @@ def discover(features_dir: Path | None, *, entry_points: bool | list[tuple[str, 
             except DeclarationError as exc:
                 raise DeclarationError(f"{origin}: {exc}") from None
             except Exception as exc:
-                raise DeclarationError(f"{origin}: loading raised {type(exc).__name__}: {exc}") from exc
+                raise DeclarationError(f"{origin}: loading raised {exception_text(exc)}") from exc
             for feature in _features_of(obj, origin):
                 features.append(dataclasses.replace(feature, entry_point=(name, value)))
     check_unique(features)
@@ -184,7 +185,7 @@ def _read_directory(directory: Path, sources: dict[Path, bytes], stems: dict[str
                                    f"file directly in {directory}") from None
         except Exception as exc:
             raise DeclarationError(f"feature file {path}: cannot read it: "
-                                   f"{type(exc).__name__}: {exc}") from None
+                                   f"{exception_text(exc)}") from None
         stems[path.stem] = path
 
 

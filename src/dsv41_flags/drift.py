@@ -12,6 +12,7 @@ from functools import lru_cache
 from types import ModuleType
 
 from dsv41_flags.declare import Feature
+from dsv41_flags.text import exception_text
 
 
 def engine_version(feature: Feature) -> str | None:
@@ -171,7 +172,7 @@ def _live_attr(obj, part: str):
             return fields[part]
         raise
     except Exception as exc:  # a lazy attribute whose import fails: reported, never a traceback
-        raise AttributeError(f"{part}: {type(exc).__name__}: {exc}") from None
+        raise AttributeError(f"{part}: {exception_text(exc)}") from None
 
 
 def verdicts_on(feature: Feature, module: ModuleType) -> list[Verdict]:

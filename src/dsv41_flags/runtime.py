@@ -30,7 +30,7 @@ from dsv41_flags.patch import InstallContext, Ledger
 from dsv41_flags.resolution import Resolution
 from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
 from dsv41_flags.state import State, after_install, after_switch, after_uninstall, at_boot
-from dsv41_flags.text import quoted
+from dsv41_flags.text import quoted, exception_text
 
 # Every framework module a process uses is imported above, at import time: nothing of the
 # framework is imported once a process runs (a fork while another thread imports a module would
@@ -226,7 +226,7 @@ class Runtime:
                 listener(st)
             except Exception as exc:  # noqa: BLE001 - an observer never changes the outcome
                 self.log.warning("flags.listener_failed", feature=feature.name,
-                                 error=f"{type(exc).__name__}: {exc}")
+                                 error=f"{exception_text(exc)}")
         return st
 
     def gate(self, feature: Feature) -> tuple[State, str]:
@@ -454,13 +454,13 @@ class Runtime:
     def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureState:
         """Record and report (``feature.failed``, with the traceback) that ``what`` raised
         ``exc`` while installing ``feature``; in strict mode raise DriftError naming it."""
-        st = self._set(feature, State.FAILED, detail=f"{type(exc).__name__}: {exc}")
+        st = self._set(feature, State.FAILED, detail=f"{exception_text(exc)}")
         self.log.error("feature.failed", feature=feature.name, target=feature.target,
-                       error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
+                       error=f"{exception_text(exc)}", traceback=traceback.format_exc(),
                        strict=strict)
         if strict:
             raise DriftError(f"feature {feature.name!r}: {what} on {feature.target} raised "
-                             f"{type(exc).__name__}: {exc} ({STRICT_HINT})") from exc
+                             f"{exception_text(exc)} ({STRICT_HINT})") from exc
         return st
 
     def uninstall(self, name: str | None = None) -> None:

@@ -24,7 +24,7 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
 from dsv41_flags.errors import Problem, SettingsError
-from dsv41_flags.text import excerpt, quoted
+from dsv41_flags.text import excerpt, quoted, exception_text
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
 from dsv41_flags.secrecy import MASK, is_secret, secret_names, shown
@@ -70,7 +70,7 @@ def _check_file(path: Path, how: str) -> list[Problem]:
     except RecursionError:
         return problem("is not valid TOML for dsv41_flags: its values are nested too deep")
     except Exception as exc:  # tomllib.TOMLDecodeError, int digit limits, anything: the file's fault
-        return problem(f"is not valid TOML: {type(exc).__name__}: {exc}"
+        return problem(f"is not valid TOML: {exception_text(exc)}"
                        if not isinstance(exc, ValueError) else f"is not valid TOML: {exc}")
     try:
         return _check_content(data, path, problem)
@@ -245,7 +245,7 @@ def find_settings_files(explicit: list[str | os.PathLike] | None = None,
                 resolved.append(p.resolve())
             except Exception as exc:  # RuntimeError on a symlink loop, OSError...: the file's fault
                 found = [Problem(str(p), how, f"settings file {p} (named by {how}) cannot be "
-                                               f"resolved: {type(exc).__name__}: {exc}")]
+                                               f"resolved: {exception_text(exc)}")]
         problems += found
     if problems:
         raise SettingsError(problems)
@@ -298,7 +298,7 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     except Exception as exc:  # Dynaconf raises many kinds; attribute them to the files
         raise SettingsError([Problem("SETTINGS", ", ".join(map(str, files)),
                                      f"loading {', '.join(map(str, files))} failed: "
-                                     f"{type(exc).__name__}: {exc}")]) from exc
+                                     f"{exception_text(exc)}")]) from exc
     return settings, profile, profiles, tuple(notes)
 
 
@@ -561,7 +561,7 @@ def reserved_settings(settings, environ: Mapping[str, str], problems: list[Probl
                 reserved[key] = str((base / value).resolve())
             except Exception as exc:  # RuntimeError on a symlink loop, OSError...: the value's fault
                 problems.append(Problem(key, src, f"features_dir={_short(value)} ({src}) cannot be "
-                                        f"resolved: {type(exc).__name__}: {exc}; accepted: a "
+                                        f"resolved: {exception_text(exc)}; accepted: a "
                                         f"directory path"))
                 reserved[key] = default
     return reserved

@@ -52,7 +52,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, feature_entry_points
 from dsv41_flags.errors import Problem, SnapshotError
-from dsv41_flags.text import quoted
+from dsv41_flags.text import quoted, exception_text
 from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
 from dsv41_flags.names import DECLARED_DEFAULT, RESERVED_TYPES, SNAPSHOT_VAR
@@ -460,7 +460,7 @@ def read(raw: str, *, discover_features=None,
     except SnapshotError:
         raise
     except Exception as exc:
-        raise _fail(f"reading it raised {type(exc).__name__}: {exc}") from exc
+        raise _fail(f"reading it raised {exception_text(exc)}") from exc
 
 
 # -------------------------------------------------------------------------- materialize

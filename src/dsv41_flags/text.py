@@ -60,3 +60,8 @@ def excerpt(text: str, limit: int = QUOTE_LIMIT) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} chars)"
 
 
+def exception_text(exc: BaseException) -> str:
+    """``"Type: message"`` for an exception, or ``"Type"`` alone when its message is empty
+    (``MemoryError()``, ``RecursionError()``): a reason never ends in a bare colon."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

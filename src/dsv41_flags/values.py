@@ -10,6 +10,8 @@ number must be written as a variable may write it (decimal ASCII digits: ``0x10`
 """
 from __future__ import annotations
 
+from dsv41_flags.text import exception_text
+
 import math
 import re
 from typing import Any
@@ -87,7 +89,7 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
         raise
     except Exception as exc:
         raise CastError(_accepted(kind, minimum, maximum, choices),
-                        f"{type(exc).__name__}: {exc}") from None
+                        f"{exception_text(exc)}") from None
 
 
 def _accepted(kind: str, minimum, maximum, choices) -> str:

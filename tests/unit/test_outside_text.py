@@ -116,3 +116,12 @@ def test_quoted_is_the_repr_up_to_the_limit_then_the_length(value, expected):
     if expected is not None:
         assert got == expected
     assert len(got) <= 200 + len("… (999999 chars)") + 2
+
+
+@pytest.mark.parametrize("exc,shown", [
+    (MemoryError(), "MemoryError"), (RecursionError(), "RecursionError"),
+    (ValueError("bad"), "ValueError: bad")])
+def test_a_reason_names_the_exception_and_never_ends_in_a_bare_colon(exc, shown):
+    from dsv41_flags.text import exception_text
+
+    assert exception_text(exc) == shown

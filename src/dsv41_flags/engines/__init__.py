@@ -28,6 +28,7 @@ from functools import cache
 from typing import Any, Callable, Mapping
 
 from dsv41_flags.errors import FlagsError, SwitchError
+from dsv41_flags.text import exception_text
 
 #: entry-point group an engine adapter room is declared in (``name = "module:ADAPTER"``)
 ENGINE_GROUP = "dsv41_flags.engines"
@@ -137,7 +138,7 @@ def adapter() -> EngineAdapter:
         found = ep.load()
     except Exception as exc:
         raise FlagsError(f"engine adapter {ep.name} = {ep.value} (entry-point group {ENGINE_GROUP}) "
-                         f"cannot be loaded: {type(exc).__name__}: {exc}") from exc
+                         f"cannot be loaded: {exception_text(exc)}") from exc
     if not isinstance(found, EngineAdapter):
         raise FlagsError(f"engine adapter {ep.name} = {ep.value} (entry-point group {ENGINE_GROUP}) "
                          f"is a {type(found).__name__}, not an EngineAdapter")

@@ -25,6 +25,7 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.state import FAILING  # noqa: F401  (the cells' words: dsv41_flags.state.Cell)
 from dsv41_flags.upgrade_gate.releases import Release
 from dsv41_flags.upgrade_gate.static_check import Checker
+from dsv41_flags.text import exception_text
 
 
 def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
@@ -38,7 +39,7 @@ def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
         return _cell(feature, release, checker)
     except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
         return {"release": release.label, "version": release.version, "state": "unreadable",
-                "detail": f"the check failed: {type(exc).__name__}: {exc}", "missing": [],
+                "detail": f"the check failed: {exception_text(exc)}", "missing": [],
                 "undecided": [], "verdicts": []}
 
 

@@ -39,6 +39,7 @@ from packaging.version import InvalidVersion, Version
 
 from dsv41_flags.upgrade_gate.sources import (
     SOURCE_MAX_BYTES, SourceView, Unreadable, find_in_dir, module_parts, read_file)
+from dsv41_flags.text import exception_text
 
 PIP_TIMEOUT_S = 900
 #: the largest zip central directory read (bytes): a real engine wheel's is under 1 MB (about
@@ -139,7 +140,7 @@ def read_member(archive: zipfile.ZipFile, name: str, max_bytes: int, *, prefix: 
     except Unreadable:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever zipfile / zlib / bz2 / lzma raise
-        raise Unreadable(f"{label} cannot be read: {type(exc).__name__}: {exc}") from None
+        raise Unreadable(f"{label} cannot be read: {exception_text(exc)}") from None
     if len(data) > max_bytes:
         if prefix:
             return data[:max_bytes]
@@ -167,7 +168,7 @@ class WheelView:
         except Unreadable:
             raise
         except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, struct.error, ...
-            raise Unreadable(f"{path} is not a readable wheel ({type(exc).__name__}: {exc})") from None
+            raise Unreadable(f"{path} is not a readable wheel ({exception_text(exc)})") from None
         self._names = set(self._zip.namelist())
         odd = next((n for n in self._names if len(n) > MEMBER_NAME_MAX or n.count("/") > MEMBER_DEPTH_MAX), None)
         if odd is not None:
@@ -297,7 +298,7 @@ def open_release(spec: str, engines: tuple[str, ...] = (), tops: tuple[str, ...]
     try:
         return _open(spec, engines, tops, cache)
     except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
-        return Release(spec, error=f"{spec} cannot be read: {type(exc).__name__}: {exc}")
+        return Release(spec, error=f"{spec} cannot be read: {exception_text(exc)}")
 
 
 def _open(spec: str, engines: tuple[str, ...], tops: tuple[str, ...], cache: Path | None) -> Release:

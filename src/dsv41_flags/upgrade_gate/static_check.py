@@ -45,6 +45,7 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.requires import Require
 from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
 from dsv41_flags.upgrade_gate.sources import COMPILED, InstalledView, SourceView, Unreadable
+from dsv41_flags.text import exception_text
 
 _MAX_FOLLOW = 8
 #: non-stdlib modules safe to import for live introspection (no side effects, fast)
@@ -469,7 +470,7 @@ class Checker:
                 self._unreadable(module, f"source {exc}")
             except Exception as exc:  # noqa: BLE001 - bad encoding, null bytes, RecursionError
                 self._unreadable(module, f"source {key or module} cannot be read: "   # or
-                                         f"{type(exc).__name__}: {exc}")              # MemoryError
+                                         f"{exception_text(exc)}")              # MemoryError
         acc.function_globals = {n for f in ast.walk(tree) if isinstance(f, ast.Global) for n in f.names}
         info = _ModInfo(module, key, is_pkg, tree, acc, live=live)
         getattr_node = acc.env.get("__getattr__")
@@ -1161,7 +1162,7 @@ class Checker:
             return self._verdict(target, req)
         except Exception as exc:  # noqa: BLE001 - e.g. RecursionError on a pathological source
             return Verdict(req.text, UNDECIDED, f"the static check failed on this requirement: "
-                           f"{type(exc).__name__}: {exc}", ".".join(req.path))
+                           f"{exception_text(exc)}", ".".join(req.path))
 
     def _verdict(self, target: str, req: Require) -> Verdict:
         try:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from dsv41_flags.text import exception_text
+
 RANK_LABELS = ("tp_rank", "pp_rank", "dp_rank")
 STATE_METRIC = "dsv41_flags_feature_state"
 GENERATION_METRIC = "dsv41_flags_generation"
@@ -87,4 +89,4 @@ def update_safely(rt) -> None:
     try:
         update(rt)
     except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
-        rt.log.warning("flags.metrics_failed", error=f"{type(exc).__name__}: {exc}")
+        rt.log.warning("flags.metrics_failed", error=f"{exception_text(exc)}")

@@ -13,6 +13,8 @@ import inspect
 import os
 from typing import Any, Callable
 
+from dsv41_flags.text import exception_text
+
 #: the ``entry`` field of a ``flags.error`` raised under sglang's plugin loader
 PLUGIN_ENTRY_NAME = "sglang-plugin"
 #: roles whose processes never initialise the model-parallel world (no rank guard there)
@@ -251,7 +253,7 @@ def _failure_reason() -> str:
         return "activation failed"
     exc = failed[1]
     exc = exc.__cause__ if exc.__cause__ is not None and type(exc).__name__ == "ActivationError" else exc
-    return f"{type(exc).__name__}: {exc}"[:300]
+    return f"{exception_text(exc)}"[:300]
 
 
 def _adapter():

@@ -52,6 +52,7 @@ from typing import Any
 from dsv41_flags.errors import FlagsError
 from dsv41_flags.live import BUILTIN, SwitchError, check_requested_by, feature_name
 from dsv41_flags.status import process_status
+from dsv41_flags.text import exception_text
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 SET_METHOD = "dsv41_flags_set"
@@ -207,7 +208,7 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
                            step=step, request_id=request_id)
         applied = {"ok": True, **toggle.to_dict(), **who}
     except Exception as exc:  # noqa: BLE001 - reported to every rank, which then roll back
-        applied = {"ok": False, "reason": f"{type(exc).__name__}: {exc}", "step": step, **who}
+        applied = {"ok": False, "reason": f"{exception_text(exc)}", "step": step, **who}
     results = _all_gather(applied, group)
     failed = [f"{_rank_label(r)}: {r['reason']}" for r in results if not r["ok"]]
     if failed:
