@@ -15,8 +15,44 @@ from dsv41_flags.wrappers import (COROUTINE, FUNCTION, PLAIN, FallBack, as_decla
                                   iterating_wrapper, kind_mismatch)
 
 _MISSING = object()
-#: attribute set on each replacement: ``(feature, original, had_own)``
+#: attribute set on each replacement: ``(feature, original, had_own, owner)``
 _MARK = "__dsv41_patch__"
+
+#: the kinds of stored attribute (``stored_kind``) a patch keeps
+CLASSMETHOD, STATICMETHOD, PROPERTY, CALLABLE, VALUE = (
+    "classmethod", "staticmethod", "property", "function or other callable", "plain value")
+
+
+def stored_kind(value: Any) -> str:
+    """How ``value`` behaves where it is stored (in a class, how instances see it): ``CLASSMETHOD``,
+    ``STATICMETHOD``, ``PROPERTY`` (also a subclass of ``property``), ``CALLABLE`` (a function, a
+    method, a builtin, a class, a callable object), ``VALUE`` (neither callable nor a descriptor),
+    else ``"descriptor <type>"`` for any other descriptor (``functools.cached_property``...)."""
+    if isinstance(value, classmethod):
+        return CLASSMETHOD
+    if isinstance(value, staticmethod):  # before CALLABLE: a staticmethod is callable
+        return STATICMETHOD
+    if isinstance(value, property):
+        return PROPERTY
+    if callable(value):
+        return CALLABLE
+    if hasattr(type(value), "__get__"):
+        return f"descriptor {type(value).__module__}.{type(value).__qualname__}"
+    return VALUE
+
+
+def _keeps_kind(original: Any, replacement: Any) -> bool:
+    """``replacement`` is of ``original``'s ``stored_kind`` (another descriptor: an instance of
+    the original's type)."""
+    kind = stored_kind(original)
+    if kind.startswith("descriptor "):
+        return isinstance(replacement, type(original))
+    return stored_kind(replacement) == kind
+
+
+def _where(owner: Any, attr: str) -> str:
+    """``Owner.attr`` for reports (qualified name of the owner)."""
+    return f"{getattr(owner, '__qualname__', getattr(owner, '__name__', repr(owner)))}.{attr}"
 
 
 @dataclass
@@ -34,7 +70,7 @@ class PatchRecord:
     @property
     def where(self) -> str:
         """``Owner.attr`` for reports (qualified name of the owner)."""
-        return f"{getattr(self.owner, '__qualname__', getattr(self.owner, '__name__', repr(self.owner)))}.{self.attr}"
+        return _where(self.owner, self.attr)
 
 
 def _static_get(owner: Any, attr: str) -> Any:
@@ -73,15 +109,32 @@ class Ledger:
         """Set ``owner.attr = make(original)``.
 
         For a ``classmethod`` / ``staticmethod``, ``make`` receives the underlying function and its
-        result is wrapped back into the same descriptor kind.
+        result (a function) is wrapped back into the same descriptor kind. Any other original is
+        handed as stored (a ``property`` as the property object) and ``make`` returns one of the
+        same ``stored_kind``.
 
         ``original`` is the value before this feature patched it (so a second install by the same
         feature wraps the original again, leaving one wrapper level; also when the first install
-        went through another runtime's ledger in this process). Raises AttributeError when
-        ``owner`` has no ``attr``; whatever ``make`` raises propagates and nothing is changed.
+        went through another runtime's ledger in this process). Whether ``owner`` had its own
+        ``attr`` (restored by ``uninstall``) or inherited it (removed by ``uninstall``, so a
+        subclass follows its base again) is read from ``vars(owner)`` only, whatever was patched
+        on its bases before. Raises AttributeError when ``owner`` has no ``attr``; TypeError
+        naming the feature and ``Owner.attr`` when ``make`` returns another kind than the
+        original's (a property for a function, a function for a property, a staticmethod for a
+        classmethod, a callable for a plain value...); whatever ``make`` raises propagates. On
+        any error nothing is changed.
         """
         key = (id(owner), attr)
         stack = self._stacks.setdefault(key, [])
+        try:
+            return self._apply(feature, owner, attr, make, stack)
+        finally:
+            if not stack:
+                del self._stacks[key]
+
+    def _apply(self, feature: str, owner: Any, attr: str, make: Callable[[Any], Any],
+               stack: list[PatchRecord]) -> PatchRecord:
+        """``patch`` on the record stack of ``owner.attr``."""
         mine = next((r for r in stack if r.feature == feature), None)
         if mine is not None and stack[-1] is not mine:
             raise RuntimeError(f"{feature}: cannot re-patch {mine.where}: feature(s) "
@@ -91,21 +144,26 @@ class Ledger:
         else:
             below = _static_get(owner, attr)
             if below is _MISSING:
-                if not stack:
-                    del self._stacks[key]
                 raise AttributeError(f"{owner!r} has no attribute {attr!r} to patch")
-            had_own = attr in getattr(owner, "__dict__", {})
-            mark = getattr(below, _MARK, None)
-            if isinstance(mark, tuple) and len(mark) == 3 and mark[0] == feature:
-                # this feature's replacement, applied by another runtime's ledger in this process:
-                # wrap what that one wrapped, so the attribute still has one wrapper level
+            own = getattr(owner, "__dict__", {})
+            had_own = attr in own
+            mark = getattr(below, _MARK, None) if had_own and own[attr] is below else None
+            if (isinstance(mark, tuple) and len(mark) == 4 and mark[0] == feature
+                    and mark[3] is owner):
+                # this feature's replacement on this very owner, applied by another runtime's
+                # ledger in this process: wrap what that one wrapped (one wrapper level). A mark
+                # seen through inheritance (a base's replacement) is the base's, never adopted.
                 below, had_own = mark[1], mark[2]
         kind = type(below) if isinstance(below, (classmethod, staticmethod)) else None
         replacement = make(below.__func__ if kind else below)
         if kind and not isinstance(replacement, kind):  # keep the descriptor kind of the original
+            if stored_kind(replacement) != CALLABLE:
+                raise TypeError(self._kind_error(feature, owner, attr, below, replacement))
             replacement = kind(replacement)
-        try:  # who made this replacement, over what (read by another ledger, above)
-            setattr(replacement, _MARK, (feature, below, had_own))
+        elif not _keeps_kind(below, replacement):
+            raise TypeError(self._kind_error(feature, owner, attr, below, replacement))
+        try:  # who made this replacement, on which owner, over what (read by another ledger, above)
+            setattr(replacement, _MARK, (feature, below, had_own, owner))
         except (AttributeError, TypeError):
             pass
         fn = replacement.__func__ if kind else replacement
@@ -121,6 +179,16 @@ class Ledger:
         record = PatchRecord(feature, owner, attr, below, had_own, replacement)
         stack.append(record)
         return record
+
+    @staticmethod
+    def _kind_error(feature: str, owner: Any, attr: str, original: Any, replacement: Any) -> str:
+        """The message of a replacement of another ``stored_kind`` than the original's."""
+        kind = stored_kind(original)
+        expected = (f"a function (wrapped back into the {kind}) or a {kind}"
+                    if kind in (CLASSMETHOD, STATICMETHOD) else f"a {kind}")
+        return (f"feature {feature!r}: {_where(owner, attr)} is a {kind} but the replacement is a "
+                f"{stored_kind(replacement)} ({type(replacement).__name__}): a patch keeps the "
+                f"kind of the attribute it replaces (make must return {expected})")
 
     def uninstall(self, feature: str) -> list[PatchRecord]:
         """Restore every attribute ``feature`` patched (last patched first). A record with another
@@ -182,20 +250,27 @@ class InstallContext:
 
         Installing twice leaves one wrapper level; ``Runtime.uninstall`` restores the original.
         A function, method, ``staticmethod`` or ``classmethod`` may be patched (``make`` receives
-        the function under a staticmethod/classmethod; the result is wrapped back). Give a
-        replacement of the original's kind (``dsv41_flags.wrappers``: an ``async def`` for an
-        ``async def``...) or a plain function returning what the original's calls return.
+        the function under a staticmethod/classmethod; the result is wrapped back), and so may a
+        property, another descriptor or a plain value (``make`` receives it as stored and returns
+        one of the same kind: ``stored_kind``). Give a replacement of the original's kind
+        (``dsv41_flags.wrappers``: an ``async def`` for an ``async def``...) or a plain function
+        returning what the original's calls return.
         For a live feature the replacement is a bypass wrapper (``live.gated``) of the original's
         kind that calls ``make``'s result while ``ctx.gate`` is on and the original otherwise.
         Raises AttributeError when ``owner`` has no ``attr``; SwitchError when a live feature
-        patches something that is not callable; TypeError (guard) / SwitchError (live) when
-        ``make`` returns another kind than the original's.
+        patches something that is not callable (a property, a plain value); TypeError (guard,
+        plain) / SwitchError (live) naming the feature and ``Owner.attr`` when ``make`` returns
+        another kind than the original's (a function for a property...), and TypeError when
+        guard=True meets what it cannot guard (a plain value, a descriptor other than a
+        classmethod, staticmethod or property). A patch never changes the kind silently.
 
         guard: the replacement runs under ``guard`` with the original as fallback, in a wrapper
         of the original's kind (see ``guard`` for coroutines and generators): an exception raised
         by the feature's code is reported (``<feature>.error``) and the original is called with
         the same arguments, as the stock engine would; an exception raised by the original that
-        ``make`` received (the engine's own code) propagates unchanged. Only for functions whose
+        ``make`` received (the engine's own code) propagates unchanged. A property stays a
+        property: ``make`` receives the original property and returns a property, each accessor
+        it defines is guarded with the original's same accessor as the fallback. Only for functions whose
         code has no side effect the original would repeat (no collective before the failure
         point); a context manager is guarded step by step with ``guard`` instead.
         """
@@ -203,13 +278,51 @@ class InstallContext:
             unguarded = make
 
             def make(original):
-                guarded = self.guard(unguarded(_engine_code(original)), original, step=attr)
+                where = _where(owner, attr)
+                kind = stored_kind(original)
+                if kind == PROPERTY:
+                    return self._guarded_property(unguarded, original, attr, where)
+                if kind != CALLABLE:
+                    raise TypeError(f"feature {self.feature.name!r}: {where} is a {kind}: guard=True "
+                                    f"guards only functions, methods, classmethods, staticmethods "
+                                    f"and properties (patch it without guard=True)")
+                replacement = unguarded(_engine_code(original))
+                if stored_kind(replacement) != CALLABLE:
+                    raise TypeError(f"feature {self.feature.name!r}: {where}: under guard=True make "
+                                    f"must return a function (the ledger keeps a classmethod or "
+                                    f"staticmethod around it), not a {stored_kind(replacement)} "
+                                    f"({type(replacement).__name__})")
+                guarded = self.guard(replacement, original, step=attr)
                 guarded.__wrapped__ = original  # inspect.signature and the drift check see the original
                 return guarded
 
         if self.gate is not None:
             make = gated(make, self.gate, f"{getattr(owner, '__qualname__', getattr(owner, '__name__', owner))}.{attr}")
         return self.ledger.patch(self.feature.name, owner, attr, make).replacement
+
+    def _guarded_property(self, make: Callable[[Any], Any], original: property, attr: str,
+                          where: str) -> property:
+        """``make``'s property with each accessor it defines (getter, setter, deleter) guarded,
+        the original's same accessor as the fallback (skipped when the original has none).
+        ``make`` receives the original property whose accessors mark what they raise as the
+        engine's own. Raises TypeError naming the feature and ``where`` when ``make`` returns
+        anything but a property."""
+        seen = property(*(None if f is None else _engine_code(f)
+                          for f in (original.fget, original.fset, original.fdel)), doc=original.__doc__)
+        replacement = make(seen)
+        if not isinstance(replacement, property):
+            raise TypeError(f"feature {self.feature.name!r}: {where} is a property but the "
+                            f"replacement is a {stored_kind(replacement)} "
+                            f"({type(replacement).__name__}): a patch keeps the kind of the "
+                            f"attribute it replaces (make must return a property)")
+        guarded = replacement
+        for field_name, copy in (("fget", "getter"), ("fset", "setter"), ("fdel", "deleter")):
+            fn = getattr(replacement, field_name)
+            if fn is not None:
+                accessor = self.guard(fn, getattr(original, field_name), step=f"{attr}.{copy}")
+                accessor.__wrapped__ = getattr(original, field_name) or fn
+                guarded = getattr(guarded, copy)(accessor)
+        return guarded
 
     def guard(self, fn: Callable, fallback: Callable | None = None, *, step: str = "") -> Callable:
         """``fn`` made safe for the engine, in a wrapper of the kind of ``fallback`` (of ``fn``
