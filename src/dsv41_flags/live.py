@@ -26,8 +26,8 @@ from typing import Any, Callable, NamedTuple
 from dsv41_flags.errors import NotLiveError, SwitchError
 from dsv41_flags.text import UNSAFE_CATEGORIES, quoted, safe_text
 from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
-from dsv41_flags.wrappers import (COROUTINE, FUNCTION, as_declared, call_kind, copy_identity,
-                                  iterating_wrapper, kind_mismatch)
+from dsv41_flags.wrappers import (CALLABLE, COROUTINE, FUNCTION, as_declared, call_kind,
+                                  copy_identity, iterating_wrapper, kind_mismatch, stored_kind)
 
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
@@ -105,8 +105,9 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
     for the original) and carries the replacement's ``__module__``, ``__name__``,
     ``__qualname__`` and ``__doc__``, ``__wrapped__ = original`` (``inspect.signature`` sees the
     original) and ``__dsv41_gate__ = gate``. Raises SwitchError when the original or the
-    replacement is not callable (a live feature may only patch functions and methods) or the
-    replacement is of another kind than the original (a plain function may stand for any kind).
+    replacement is not callable (a live feature may only patch functions and methods; not a property
+    or a plain value), the replacement is a classmethod / staticmethod (``make`` returns a
+    function) or of another kind than the original (a plain function may stand for any kind).
     """
 
     def make_gated(original):
@@ -119,6 +120,10 @@ def gated(make: Callable[[Any], Any], gate: Gate, where: str = "") -> Callable[[
         if not callable(patched):
             raise SwitchError(f"live feature {quoted(gate.feature)}: the replacement for {what} is not "
                               f"callable")
+        if stored_kind(patched) != CALLABLE:
+            raise SwitchError(f"live feature {quoted(gate.feature)}: the replacement for {what} is a "
+                              f"{stored_kind(patched)}: make must return a function (the ledger keeps "
+                              f"a classmethod or staticmethod around it)")
         kind = call_kind(original)
         mismatch = kind_mismatch(kind, patched)
         if mismatch:

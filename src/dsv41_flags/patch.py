@@ -11,35 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from dsv41_flags.live import gated
-from dsv41_flags.wrappers import (COROUTINE, FUNCTION, PLAIN, FallBack, as_declared, call_kind,
-                                  iterating_wrapper, kind_mismatch)
+from dsv41_flags.wrappers import (CALLABLE, CLASSMETHOD, COROUTINE, FUNCTION, PLAIN, PROPERTY,
+                                  STATICMETHOD, FallBack, as_declared, call_kind, iterating_wrapper,
+                                  kind_mismatch, stored_kind)
 
 _MISSING = object()
 #: attribute set on each replacement: ``(feature, original, had_own, owner)``
 _MARK = "__dsv41_patch__"
-
-#: the kinds of stored attribute (``stored_kind``) a patch keeps
-CLASSMETHOD, STATICMETHOD, PROPERTY, CALLABLE, VALUE = (
-    "classmethod", "staticmethod", "property", "function or other callable", "plain value")
-
-
-def stored_kind(value: Any) -> str:
-    """How ``value`` behaves where it is stored (in a class, how instances see it): ``CLASSMETHOD``,
-    ``STATICMETHOD``, ``PROPERTY`` (also a subclass of ``property``), ``CALLABLE`` (a function, a
-    method, a builtin, a class, a callable object), ``VALUE`` (neither callable nor a descriptor),
-    else ``"descriptor <type>"`` for any other descriptor (``functools.cached_property``...)."""
-    if isinstance(value, classmethod):
-        return CLASSMETHOD
-    if isinstance(value, staticmethod):  # before CALLABLE: a staticmethod is callable
-        return STATICMETHOD
-    if isinstance(value, property):
-        return PROPERTY
-    if callable(value):
-        return CALLABLE
-    if hasattr(type(value), "__get__"):
-        return f"descriptor {type(value).__module__}.{type(value).__qualname__}"
-    return VALUE
-
 
 def _keeps_kind(original: Any, replacement: Any) -> bool:
     """``replacement`` is of ``original``'s ``stored_kind`` (another descriptor: an instance of
@@ -172,6 +150,9 @@ class Ledger:
                 fn.__wrapped__ = below.__func__ if kind else below
             except (AttributeError, TypeError):
                 pass
+        set_name = getattr(type(replacement), "__set_name__", None)
+        if isinstance(owner, type) and set_name is not None:
+            set_name(replacement, owner, attr)  # as the class statement does (cached_property...)
         setattr(owner, attr, replacement)
         if mine is not None:
             mine.replacement = replacement
@@ -190,13 +171,25 @@ class Ledger:
                 f"{stored_kind(replacement)} ({type(replacement).__name__}): a patch keeps the "
                 f"kind of the attribute it replaces (make must return {expected})")
 
+    def above(self, record: PatchRecord) -> list[str]:
+        """The other features whose patches sit on ``record``'s: patched later on the same
+        attribute, or on a subclass (an instance) inheriting it, whose replacement wraps
+        ``record``'s (sorted names)."""
+        stack = self.stack(record.owner, record.attr)
+        later = stack[stack.index(record) + 1:] if record in stack else []
+        wrapping = [r for r in self.records() if r.original is record.replacement]
+        return sorted({r.feature for r in later + wrapping if r.feature != record.feature})
+
     def uninstall(self, feature: str) -> list[PatchRecord]:
-        """Restore every attribute ``feature`` patched (last patched first). A record with another
-        feature's patch above it is left in place (returned in the list of kept records)."""
+        """Restore every attribute ``feature`` patched (last patched first): an attribute the owner
+        had as its own is set back, an inherited one is deleted (the owner inherits again). A
+        record with another feature's patch above it (``above``: on the same attribute, or on a
+        subclass wrapping its replacement) is left in place (returned in the list of kept
+        records)."""
         kept = []
         for key, stack in list(self._stacks.items()):
             for record in [r for r in stack if r.feature == feature]:
-                if stack[-1] is not record:
+                if stack[-1] is not record or self.above(record):
                     kept.append(record)
                     continue
                 if record.had_own:

@@ -485,9 +485,7 @@ class Runtime:
                 if kept:
                     self.log.warning("feature.uninstall_blocked", feature=feature.name,
                                      attributes=[r.where for r in kept],
-                                     above=sorted({x.feature for r in kept
-                                                   for x in self.ledger.stack(r.owner, r.attr)
-                                                   if x.feature != feature.name}))
+                                     above=sorted({name for r in kept for name in self.ledger.above(r)}))
                 elif st is not None and after_uninstall(st.state) is not None:
                     self._set(feature, after_uninstall(st.state))
 

@@ -11,6 +11,9 @@ would guard nothing. The kinds:
 - ``GENERATOR``: a ``def`` with ``yield`` (``inspect.isgeneratorfunction``);
 - ``ASYNC_GENERATOR``: an ``async def`` with ``yield`` (``inspect.isasyncgenfunction``).
 
+Where it is stored, an attribute has a kind too (``stored_kind``: classmethod, staticmethod,
+property, callable, plain value, another descriptor); a patch keeps it (``dsv41_flags.patch``).
+
 A function or coroutine wrapper is a plain ``def`` / ``async def`` written by its policy (the
 guard in ``dsv41_flags.patch``, the gate in ``dsv41_flags.live``). A generator wrapper is built
 here (``generator_wrapper`` / ``async_generator_wrapper``): it delegates to the iterator of the
@@ -49,6 +52,29 @@ def kind_of(fn: Any) -> str:
     if inspect.isgeneratorfunction(fn):
         return GENERATOR
     return FUNCTION
+
+
+#: the kinds of stored attribute (``stored_kind``) a patch keeps
+CLASSMETHOD, STATICMETHOD, PROPERTY, CALLABLE, VALUE = (
+    "classmethod", "staticmethod", "property", "function or other callable", "plain value")
+
+
+def stored_kind(value: Any) -> str:
+    """How ``value`` behaves where it is stored (in a class, how instances see it): ``CLASSMETHOD``,
+    ``STATICMETHOD``, ``PROPERTY`` (also a subclass of ``property``), ``CALLABLE`` (a function, a
+    method, a builtin, a class, a callable object), ``VALUE`` (neither callable nor a descriptor),
+    else ``"descriptor <type>"`` for any other descriptor (``functools.cached_property``...)."""
+    if isinstance(value, classmethod):
+        return CLASSMETHOD
+    if isinstance(value, staticmethod):  # before CALLABLE: a staticmethod is callable
+        return STATICMETHOD
+    if isinstance(value, property):
+        return PROPERTY
+    if callable(value):
+        return CALLABLE
+    if hasattr(type(value), "__get__"):
+        return f"descriptor {type(value).__module__}.{type(value).__qualname__}"
+    return VALUE
 
 
 def call_kind(fn: Any) -> str:

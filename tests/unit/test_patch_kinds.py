@@ -3,6 +3,7 @@ feature's bypass around a function, a coroutine function, a generator function a
 generator function, as a method, a staticmethod and a classmethod; and a live feature's patches
 see one state per call while other threads switch it."""
 import asyncio
+import functools
 import inspect
 import sys
 import textwrap
@@ -314,6 +315,7 @@ def test_a_replacement_of_another_kind_than_the_original_fails_the_install(tmp_p
 # ------------------------------------------------------------------ one state per call
 PAIR_TARGET = '''
 import asyncio
+import functools
 
 
 class Pair:
@@ -650,3 +652,323 @@ def test_a_replacement_whose_calls_return_a_coroutine_cannot_stand_for_a_plain_f
     assert call_kind(_AsyncCall()) == COROUTINE
     assert "coroutine" in kind_mismatch(FUNCTION, _AsyncCall())
     assert kind_mismatch(COROUTINE, _AsyncCall()) == ""
+
+
+# -- a class hierarchy: whether an owner had its own attribute is read from its own __dict__ ------
+
+def _hierarchy():
+    """A base, a subclass defining nothing, a grandchild defining its own ``m`` (over super)."""
+
+    class A:
+        @classmethod
+        def c(cls, x):
+            return [cls.__name__, x]
+
+        @staticmethod
+        def s(x):
+            return ["s", x]
+
+        @property
+        def p(self):
+            return ["p"]
+
+        def m(self, x):
+            return [type(self).__name__, x]
+
+    class B(A):
+        pass
+
+    class C(B):
+        def m(self, x):
+            return ["C own"] + super().m(x)
+
+    return {"A": A, "B": B, "C": C}
+
+
+def _tagging(feature, attr):
+    """``make`` of ``feature`` for ``attr``: the same kind, its result tagged with the feature."""
+    if attr == "p":
+        return lambda original: property(lambda self: [feature] + original.fget(self))
+
+    def make(original):
+        def replacement(*args, **kwargs):
+            return [feature] + original(*args, **kwargs)
+        return replacement
+
+    return make
+
+
+_READ = {"c": lambda k: k.c("x"), "s": lambda k: k.s("x"), "m": lambda k: k().m("x"), "p": lambda k: k().p}
+
+# (feature, class) patches in order; the features uninstalled first, with those kept in place
+ORDERS = {
+    "base-then-subclass": ([("f", "A"), ("f", "B")], ["f"], set()),
+    "subclass-then-base": ([("f", "B"), ("f", "A")], ["f"], set()),
+    "grandchild-base-subclass": ([("f", "C"), ("f", "A"), ("f", "B")], ["f"], set()),
+    "same-attribute-patched-twice": ([("f", "A"), ("f", "B"), ("f", "A"), ("f", "B")], ["f"], set()),
+    "two-features": ([("f", "A"), ("g", "B"), ("g", "A")], ["g", "f"], set()),
+    "uninstall-the-subclass-feature-only": ([("f", "A"), ("g", "B")], ["g"], set()),
+    # g's patch on B wraps f's patch on A: f stays in place (never uninstalled yet still running)
+    "uninstall-the-base-feature-only": ([("f", "A"), ("g", "B")], ["f"], {"f"}),
+    "uninstall-the-base-feature-only-subclass-first": ([("g", "B"), ("f", "A")], ["f"], set()),
+}
+
+
+def _same_dict(klass, before):
+    return vars(klass).keys() == before.keys() and all(vars(klass)[k] is v for k, v in before.items())
+
+
+def _rebuilt(stock, attr):
+    """A new ``attr`` of the stock's kind, tagged "new"."""
+    if attr in ("c", "s"):
+        return type(stock)(_tagging("new", attr)(stock.__func__))
+    return _tagging("new", attr)(stock)
+
+
+@pytest.mark.parametrize("attr", ["m", "c", "s", "p"], ids=["method", "classmethod", "staticmethod", "property"])
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_uninstall_on_a_class_hierarchy_leaves_every_class_dict_as_before_in_any_order(attr, order):
+    from dsv41_flags.patch import Ledger
+    classes = _hierarchy()
+    before = {name: dict(vars(k)) for name, k in classes.items()}
+    stock = {name: _READ[attr](k) for name, k in classes.items()}
+    steps, uninstalled, blocked = ORDERS[order]
+    ledger = Ledger()
+    for feature, name in steps:
+        ledger.patch(feature, classes[name], attr, _tagging(feature, attr))
+    for feature, name in steps:
+        assert feature in _READ[attr](classes[name])          # the patch is on
+        assert type(vars(classes[name])[attr]) is type(before["A"][attr])
+    for feature in uninstalled:
+        assert {r.feature for r in ledger.uninstall(feature)} == blocked & {feature}
+    left = {f for f, _ in steps} - (set(uninstalled) - blocked)
+    for name, klass in classes.items():
+        patched_here = [f for f, n in steps if n == name and f in left]
+        if patched_here:
+            assert _READ[attr](klass)[0] == patched_here[-1]
+        else:
+            assert _same_dict(klass, before[name])
+    for feature in sorted(left, reverse=True):                 # g (above) first, then f
+        assert ledger.uninstall(feature) == []
+    assert all(_same_dict(klass, before[name]) for name, klass in classes.items())
+    assert ledger.records() == []
+    assert {name: _READ[attr](k) for name, k in classes.items()} == stock
+    setattr(classes["A"], attr, _rebuilt(before["A"][attr], attr))
+    assert _READ[attr](classes["B"])[0] == "new"               # the subclass follows its base again
+
+
+@pytest.mark.parametrize("guard,live", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["plain", "guarded", "live", "guarded-live"])
+@pytest.mark.parametrize("attr", ["m", "c", "s"], ids=["method", "classmethod", "staticmethod"])
+def test_a_feature_patching_a_base_then_its_subclass_uninstalls_to_inheritance(attr, guard, live):
+    from dsv41_flags.live import Gate
+    from dsv41_flags.patch import InstallContext, Ledger
+    classes = _hierarchy()
+    A, B = classes["A"], classes["B"]
+    before_a, before_b = dict(vars(A)), dict(vars(B))
+
+    class Declared:
+        name = "inherit"
+
+    ctx = InstallContext(Declared(), {}, None, _Log(), Ledger(), gate=Gate("inherit", True) if live else None)
+    ctx.patch(A, attr, _tagging("inherit", attr), guard=guard)
+    ctx.patch(B, attr, _tagging("inherit", attr), guard=guard)
+    assert _READ[attr](B)[0] == "inherit" and attr in vars(B)
+    ctx.ledger.uninstall("inherit")
+    assert vars(B).keys() == before_b.keys() and attr not in vars(B)
+    assert all(vars(A)[k] is v for k, v in before_a.items())
+    A.m = lambda self, x: ["new A.m"]
+    assert B().m(1) == ["new A.m"]                             # B follows A again
+
+
+def test_a_second_ledger_patching_a_subclass_does_not_adopt_the_base_patch_of_the_first():
+    from dsv41_flags.patch import Ledger
+    classes = _hierarchy()
+    A, B = classes["A"], classes["B"]
+    first, second = Ledger(), Ledger()
+    first.patch("f", A, "m", _tagging("f", "m"))
+    second.patch("f", B, "m", _tagging("f", "m"))
+    record, = second.records()
+    assert record.had_own is False and record.original is vars(A)["m"]
+    second.uninstall("f")
+    assert "m" not in vars(B) and B().m(1) == ["f", "B", 1]    # B inherits A's patch again
+    first.uninstall("f")
+    assert B().m(1) == ["B", 1]
+
+
+def test_an_instance_patched_after_its_class_uninstalls_to_its_class():
+    from dsv41_flags.patch import Ledger
+    A = _hierarchy()["A"]
+    a = A()
+    ledger = Ledger()
+    ledger.patch("f", A, "m", _tagging("f", "m"))
+    ledger.patch("f", a, "m", _tagging("f", "m"))
+    assert a.m(1) == ["f", "f", "A", 1]
+    ledger.uninstall("f")
+    assert vars(a) == {} and a.m(1) == ["A", 1]
+
+
+# -- every stored kind with guard=False, guard=True and live: kept, or a clear install failure ------
+
+class _Kinds:
+    VALUE = 3
+
+    def meth(self):
+        return "meth"
+
+    @classmethod
+    def cm(cls):
+        return "cm"
+
+    @staticmethod
+    def sm():
+        return "sm"
+
+    @property
+    def prop(self):
+        return "prop"
+
+    @functools.cached_property
+    def cached(self):
+        return "cached"
+
+
+def _fn(original):
+    def replacement(*args):
+        return "new"
+    return replacement
+
+
+_REPLACEMENTS = {
+    "function": _fn,
+    "property": lambda original: property(lambda self: "new"),
+    "staticmethod": lambda original: staticmethod(lambda: "new"),
+    "cached_property": lambda original: functools.cached_property(lambda self: "new"),
+    "value": lambda original: 5,
+}
+_MODES = {"plain": (False, False), "guarded": (True, False), "live": (False, True), "guarded-live": (True, True)}
+# (attribute, replacement) -> what every mode gives: "new" read back, or the error (plain/guarded, live)
+KEPT, REFUSED = "kept", "refused"
+STORED_KINDS = {
+    ("meth", "function"): {m: KEPT for m in _MODES},
+    ("meth", "property"): {m: REFUSED for m in _MODES},
+    ("cm", "function"): {m: KEPT for m in _MODES},
+    ("cm", "staticmethod"): {m: REFUSED for m in _MODES},
+    ("cm", "property"): {m: REFUSED for m in _MODES},
+    ("sm", "function"): {m: KEPT for m in _MODES},
+    ("prop", "property"): {"plain": KEPT, "guarded": KEPT, "live": REFUSED, "guarded-live": REFUSED},
+    ("prop", "function"): {m: REFUSED for m in _MODES},
+    ("cached", "cached_property"): {"plain": KEPT, "guarded": REFUSED, "live": REFUSED, "guarded-live": REFUSED},
+    ("cached", "function"): {m: REFUSED for m in _MODES},
+    ("VALUE", "value"): {"plain": KEPT, "guarded": REFUSED, "live": REFUSED, "guarded-live": REFUSED},
+    ("VALUE", "function"): {m: REFUSED for m in _MODES},
+}
+_READ_KIND = {"meth": lambda k: k().meth(), "cm": lambda k: k.cm(), "sm": lambda k: k.sm(),
+              "prop": lambda k: k().prop, "cached": lambda k: k().cached, "VALUE": lambda k: k.VALUE}
+
+
+@pytest.mark.parametrize("mode", list(_MODES))
+@pytest.mark.parametrize("attr,replacement", list(STORED_KINDS), ids=[f"{a}-by-{r}" for a, r in STORED_KINDS])
+def test_a_patch_keeps_the_stored_kind_or_fails_naming_feature_and_attribute(attr, replacement, mode):
+    from dsv41_flags.errors import SwitchError
+    from dsv41_flags.live import Gate
+    from dsv41_flags.patch import InstallContext, Ledger
+
+    class K(_Kinds):
+        pass
+
+    for name in ("VALUE", "meth", "cm", "sm", "prop", "cached"):
+        setattr(K, name, vars(_Kinds)[name])
+    before = dict(vars(K))
+    guard, live = _MODES[mode]
+
+    class Declared:
+        name = "kinds"
+
+    ctx = InstallContext(Declared(), {}, None, _Log(), Ledger(), gate=Gate("kinds", True) if live else None)
+    if STORED_KINDS[(attr, replacement)][mode] == KEPT:
+        ctx.patch(K, attr, _REPLACEMENTS[replacement], guard=guard)
+        assert type(vars(K)[attr]) is type(before[attr])
+        assert _READ_KIND[attr](K) in ("new", 5)
+        ctx.ledger.uninstall("kinds")
+    else:
+        with pytest.raises((SwitchError, TypeError)) as caught:
+            ctx.patch(K, attr, _REPLACEMENTS[replacement], guard=guard)
+        assert live or type(caught.value) is TypeError        # live: SwitchError, or the guard's TypeError
+        assert "'kinds'" in str(caught.value) and f"K.{attr}" in str(caught.value)
+        assert ctx.ledger.records() == []
+    assert vars(K).keys() == before.keys() and all(vars(K)[k] is v for k, v in before.items())
+
+
+def test_a_guarded_property_stays_a_property_whose_accessors_fall_back_to_the_originals():
+    from dsv41_flags.patch import InstallContext, Ledger
+
+    class Engine:
+        def __init__(self):
+            self.stored = 1
+
+        @property
+        def level(self):
+            if self.stored == "engine":
+                raise LookupError("engine says no")
+            return self.stored
+
+        @level.setter
+        def level(self, value):
+            self.stored = value
+
+    class Declared:
+        name = "prop_fix"
+
+    def make(original):
+        def get(self):
+            if self.stored == 0:
+                raise ValueError("feature bug")
+            return ["new", original.fget(self)]
+
+        def put(self, value):
+            if value == "bad":
+                raise ValueError("feature setter bug")
+            original.fset(self, value * 10)
+        return property(get, put)
+
+    log = _Log()
+    ctx = InstallContext(Declared(), {}, None, log, Ledger(), report=log)
+    ctx.patch(Engine, "level", make, guard=True)
+    assert isinstance(vars(Engine)["level"], property)
+    engine = Engine()
+    assert engine.level == ["new", 1]
+    engine.level = 2
+    assert engine.stored == 20
+    engine.level = "bad"                                       # falls back to the original setter
+    assert engine.stored == "bad"
+    engine.stored = 0
+    assert engine.level == 0                                   # falls back to the original getter
+    engine.stored = "engine"
+    with pytest.raises(LookupError, match="engine says no"):   # the engine's own error: unchanged
+        engine.level
+    assert [(e, f["step"]) for e, f in log.events] == [("prop_fix.error", "level.setter"),
+                                                       ("prop_fix.error", "level.getter")]
+    ctx.ledger.uninstall("prop_fix")
+    assert Engine().level == 1
+
+
+def test_a_guarded_patch_returning_a_method_for_a_property_fails_the_install(tmp_path, monkeypatch, make_runtime):
+    name = f"kinds_property_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("class A:\n    @property\n    def prop(self):\n        return 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    (feats / "kinds.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "def install(module, ctx):\n"
+        "    ctx.patch(module.A, 'prop', lambda original: (lambda self: 1), guard=True)\n"
+        f"FEATURE = Feature(name='kinds', target={name!r}, install=install, summary='k', engine='')\n")
+    rt = make_runtime("[default]\nstrict = false\nkinds = true\n", features_dir=feats)
+    rt.arm()
+    module = __import__(name)
+    sys.modules.pop(name, None)
+    st = {s.name: s for s in rt.states()}["kinds"]
+    assert st.state == "failed"
+    assert "feature 'kinds': A.prop is a property but the replacement is a function" in st.detail
+    assert isinstance(vars(module.A)["prop"], property) and module.A().prop == 42
