@@ -96,8 +96,14 @@ def test_status_lists_every_rank(cli, server):
     assert r.exit_code == 0, r.output
     assert "2 scheduler rank(s), generation 1 on every rank" in r.output
     assert sum(1 for line in lines(r) if line.startswith("  tp")) == 2
+    assert "  server  pid 10" in r.output
     data = json.loads(cli("status", "--url", server.url, "--json").stdout)
     assert data["generations_agree"] is True and len(data["ranks"]) == 2
+    server.answer({**STATUS, "ranks": [{**RANK, "serving": {"installed": ["folded_fence"],
+                                                            "pending": ["autotune_keep"], "other": {}}}]})
+    r = cli("status", "--url", server.url)
+    assert "serving: installed folded_fence; pending (target never imported here) autotune_keep" \
+        in r.output, r.output
 
 
 def test_set_prints_every_rank_and_sends_the_switch(cli, server):

@@ -76,6 +76,14 @@ class Switch(_Shape):
     at: Text = ""
 
 
+class Serving(_Shape):
+    """What a serving rank has in effect (``engines.sglang.rpc.serving_report``)."""
+
+    installed: Annotated[list[Text], Field(max_length=LIST_MAX)] = []
+    pending: Annotated[list[Text], Field(max_length=LIST_MAX)] = []
+    other: Annotated[dict[Text, Text], Field(max_length=LIST_MAX)] = {}
+
+
 class RankStatus(RankId):
     """One scheduler rank's status (``live.process_status``)."""
 
@@ -84,6 +92,7 @@ class RankStatus(RankId):
     profile: Text = ""
     features: Annotated[list[FeatureRow], Field(max_length=LIST_MAX)]
     switches: Annotated[list[Switch], Field(max_length=LIST_MAX)] = []
+    serving: Optional[Serving] = None
 
 
 class StatusAnswer(_Shape):
@@ -302,9 +311,19 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                     "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
                                                                for r in ranks))
             out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
+            server = data.get("server") if isinstance(data, dict) else None
+            if isinstance(server, dict) and isinstance(server.get("pid"), int):
+                out.print(f"  server  pid {server['pid']}  (HTTP process: not switched, live "
+                          f"patches run in the schedulers)")
         for r in ranks:
             out.print(f"  {_rank(r)}  pid {r.pid}  step {r.step}  generation {r.generation}  "
                       f"profile {r.profile}")
+            if r.serving is not None:
+                other = [f"{safe_text(n)} {safe_text(s)}" for n, s in r.serving.other.items()]
+                out.print("    serving: installed " + (", ".join(map(safe_text, r.serving.installed)) or "none")
+                          + "; pending (target never imported here) "
+                          + (", ".join(map(safe_text, r.serving.pending)) or "none")
+                          + (f"; other {', '.join(other)}" if other else ""))
             for f in r.features:
                 out.print(f"    {safe_text(f.name):<16} {safe_text(f.state):<12} {str(f.value):<6} "
                           f"{'live' if f.live else 'boot':<5} from {f.source}")
