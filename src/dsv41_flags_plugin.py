@@ -44,3 +44,16 @@ def stop_unloadable(what: str, exc: BaseException) -> None:
     if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
         return
     raise SystemExit(3) from None
+
+
+#: the platform plugin's entry-point name (pyproject: group ``sglang.srt.platforms``)
+CPU_PLATFORM = "dsv41_cpu"
+
+
+def cpu_platform() -> str | None:
+    """sglang's platform-plugin ``activate`` for ``dsv41_flags.engines.sglang.cpu_platform``: the
+    class's qualified name when ``SGLANG_PLATFORM`` names this plugin, else None (sglang calls
+    every plugin's ``activate`` when ``SGLANG_PLATFORM`` is unset; None keeps this one out)."""
+    if os.environ.get("SGLANG_PLATFORM", "").strip() != CPU_PLATFORM:
+        return None
+    return "dsv41_flags.engines.sglang.cpu_platform:CpuPlatform"
