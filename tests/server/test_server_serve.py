@@ -1,8 +1,12 @@
 """``dsv41-flags serve --cpu``: the operator's own settings and features and sglang's own options
 (``--tp``, ``--admin-api-key``, ``--enable-metrics``) on the packaged CPU platform with the
 shipped tiny model, as docs/quickstart.md shows it; the quickstart's live feature
-(``docs/examples/features/max_new_tokens_cap.py``) changes what ``/generate`` answers after
-``set ... =on``, and not before."""
+(``docs/examples/features/max_new_tokens_cap.py``, in the schedulers) changes what ``/generate``
+answers after ``set ... =on``, and not before.
+
+A live feature whose target runs in the HTTP server process (``SamplingParams.verify``, called by
+the tokenizer manager) is switched there too, and in the detokenizer: ``set`` lists every process
+with its role and applied state."""
 from __future__ import annotations
 
 import json
@@ -17,6 +21,26 @@ pytestmark = pytest.mark.server
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "features" / "max_new_tokens_cap.py"
 ADMIN_KEY = "SERVEADMIN"
+VERIFY_CAP = '''
+"""Cap max_new_tokens where sglang checks a request's sampling parameters: the HTTP process."""
+from dsv41_flags import Feature
+
+
+def install(module, ctx):
+    def make(original):
+        def verify(self, *args, **kwargs):
+            if self.max_new_tokens is None or self.max_new_tokens > 3:
+                self.max_new_tokens = 3
+            return original(self, *args, **kwargs)
+        return verify
+
+    ctx.patch(module.SamplingParams, "verify", make)
+
+
+FEATURE = Feature(name="verify_cap", target="sglang.srt.sampling.sampling_params",
+                  install=install, summary="Cap max_new_tokens at 3 in SamplingParams.verify",
+                  requires=("SamplingParams.verify",), live=True)
+'''
 BODY = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
 
 
@@ -26,9 +50,10 @@ def served(kit, tmp_path_factory):
     mine = work / "mine"
     (mine / "features").mkdir(parents=True)
     shutil.copy(EXAMPLE, mine / "features")
+    (mine / "features" / "verify_cap.py").write_text(VERIFY_CAP)
     settings = mine / "settings.toml"
     settings.write_text("[default]\nfolded_fence = false\nautotune_keep = false\n"
-                        "max_new_tokens_cap = false\nstrict = true\n")
+                        "max_new_tokens_cap = false\nverify_cap = false\nstrict = true\n")
     port = free_port_block()
     env = kit.env("0")
     env.pop("DSV41_SETTINGS")
@@ -68,5 +93,25 @@ def test_the_quickstart_switch_changes_what_generate_answers(kit, served):
     assert completion_tokens(launch) == 2
     code, data = kit.cli_json("set", "max_new_tokens_cap=off", "--url", launch.url, "--by", "test",
                               env=env)
+    assert code == 0, data
+    assert completion_tokens(launch) == 8
+
+
+def test_a_switch_reaches_the_http_process_and_the_detokenizer(kit, served):
+    """The feature's target runs in the HTTP process: the switch applies there (and in every
+    other process of the launch) and ``/generate`` answers 3 tokens, then 8 again."""
+    launch, _ = served
+    env = {**kit.env(), "DSV41_API_KEY": ADMIN_KEY}
+    assert completion_tokens(launch) == 8
+    code, data = kit.cli_json("set", "verify_cap=on", "--url", launch.url, "--by", "test", env=env)
+    assert code == 0, data
+    roles = sorted(p["role"] for p in data["processes"])
+    assert roles == ["detokenizer", "launcher"], data["processes"]
+    assert all(p["ok"] and p["new"] is True for p in data["processes"]), data["processes"]
+    assert completion_tokens(launch) == 3
+    code, data = kit.cli_json("status", "--url", launch.url, env=env)
+    assert code == 0, data
+    assert [p["role"] for p in data["processes"]] == ["detokenizer"], data
+    code, data = kit.cli_json("set", "verify_cap=off", "--url", launch.url, "--by", "test", env=env)
     assert code == 0, data
     assert completion_tokens(launch) == 8

@@ -91,8 +91,9 @@ def plugin_will_activate(target: Callable | None, environ=None) -> bool:
 def arm_live(rt) -> bool:
     """When a live feature is declared: install the scheduler RPC methods when sglang's scheduler
     module is imported, and the HTTP routes when its HTTP server module is (post-import hooks;
-    each fires only in the process that imports the module). Returns False when there is no
-    live feature (nothing registered)."""
+    each fires only in the process that imports the module); outside the schedulers, answer
+    switches as a peer of the launch (``peers.listen``). Returns False when there is no live
+    feature (nothing registered)."""
     if rt.live.transport.get("armed") or not any(f.live for f in rt.features.values()):
         return False
     from dsv41_flags.engines.sglang.http import HTTP_MODULE, install_http_routes
@@ -102,6 +103,10 @@ def arm_live(rt) -> bool:
     rt.live.transport["armed"] = True
     register_post_import_hook(lambda m: install_scheduler_rpc(rt, m), SCHEDULER_MODULE)
     register_post_import_hook(lambda m: install_http_routes(rt, m), HTTP_MODULE)
+    if rt.context.fields.get("role") != "scheduler":   # the schedulers switch over sglang's RPC
+        from dsv41_flags.engines.sglang.peers import listen
+
+        listen(rt)
     return True
 
 
