@@ -41,7 +41,6 @@ from dsv41_flags.engines.sglang.rpc import (MAX_NAME, MAX_REQUEST_ID, RPC_TIMEOU
 from dsv41_flags.engines.http_client import call_json
 from dsv41_flags.live import SwitchError, check_declared, check_requested_by, feature_name
 from dsv41_flags.status import process_status
-from dsv41_flags.state import State
 
 HTTP_MODULE = "sglang.srt.entrypoints.http_server"
 SET_PATH = "/dsv41_flags/set"
@@ -171,67 +170,49 @@ def _merge(answers: list[dict]) -> dict:
 
 async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float, rt=None,
                         tokenizer_workers: int = 1) -> dict:
-    """A switch on every process of the launch: this HTTP process and every peer
-    (``peers.call_all``) vote, then every scheduler group votes; the groups apply expecting one
-    generation, then every peer applies it. A process that refuses or does not answer refuses the
-    switch before any rank applies it; a group or a peer that fails to apply makes every group and
-    peer that applied it roll back. Returns the merged answer, with ``processes``: each process
-    outside the schedulers, with its role and applied state."""
+    """A switch on every process of the launch (``peers``): every scheduler group votes, then
+    this HTTP process and every peer; the groups apply expecting one generation, then every peer
+    applies it. A process that refuses or does not answer refuses the switch before
+    any rank applies it; a group or a peer that fails to apply makes every group and peer that
+    applied it roll back. Returns the merged answer, with ``processes``: each process outside
+    the schedulers, with its role and applied state."""
     import asyncio
 
     from dsv41_flags.engines.sglang import peers
 
     params = {"name": fields["name"], "value": fields["value"],
               "requested_by": fields["requested_by"]}
-    votes = await asyncio.to_thread(peers.call_all, rt, {"phase": "check", **params}) if rt else []
-    blocked = [v for v in votes if not v.get("ok")]
-    if votes and votes[0].get("state") == State.INSTALLED:   # its target runs in this process
-        blocked += peers.unreached(tokenizer_workers)
-    if blocked:
-        return {"ok": False, "feature": fields["name"], "ranks": [], "processes": votes, "error": (
-            f"switch {fields['name']}={fields['value']!r} refused before any rank applied it: "
-            + "; ".join(f"{peers.label(v)}: {v.get('reason')}" for v in blocked))}
     check = _merge((await client.call(tm, SET_METHOD, timeout_s, phase="check", **params))["answers"])
-    check["processes"] = votes
     if not check["ok"]:
         return check
+    votes, refusal = (await asyncio.to_thread(peers.vote, rt, params, tokenizer_workers)
+                      if rt is not None else ([], None))
+    check["processes"] = votes
+    if refusal:
+        return {**check, "ok": False, "error": refusal}
     generations = sorted({r.get("generation") for r in check["ranks"]})
-    if len(generations) > 1:
+    apart = (f"the data-parallel groups are on different generations {generations}"
+             if len(generations) > 1 else peers.behind(votes, generations[0]))
+    if apart:
         return {**check, "ok": False, "error": (
-            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: the data-parallel "
-            f"groups are on different generations {generations}")}
-    behind = [v for v in votes if v.get("generation") != generations[0]]
-    if behind:
-        return {**check, "ok": False, "error": (
-            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: the ranks are on "
-            f"generation {generations[0]}, " + ", ".join(
-                f"{peers.label(v)} on {v.get('generation')}" for v in behind))}
+            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: {apart}")}
     # applied even when every rank has that value already: each rank then records the request
     # (feature.toggle_unchanged) and keeps its generation
     done = await client.call(tm, SET_METHOD, timeout_s, phase="both",
                              expect_generation=generations[0], request_id=fields["request_id"],
                              **params)
     applied = _merge(done["answers"])
-    failed = None
+    failure = None
     if applied["ok"] and rt is not None:
-        generation = max((r.get("generation") or 0 for r in applied["ranks"]), default=None)
-        applied["processes"] = await asyncio.to_thread(peers.call_all, rt, {
-            "phase": "apply", "generation": generation, "request_id": fields["request_id"],
-            **params})
-        failed = [p for p in applied["processes"] if not p.get("ok")]
-        if not failed:
-            return applied
-    elif applied["ok"] or len(done["answers"]) == 1:
+        generation = max(r.get("generation") or 0 for r in applied["ranks"])
+        applied["processes"], failure = await asyncio.to_thread(
+            peers.apply, rt, params, generation, fields["request_id"])
+    if applied["ok"] and failure is None or not applied["ok"] and len(done["answers"]) == 1:
         return applied
     undo = await client.call(tm, SET_METHOD, timeout_s, phase="rollback", undo=done["request_id"],
                              **params)
-    if rt is not None:
-        await asyncio.to_thread(peers.call_all, rt, {"phase": "rollback",
-                                                      "undo": fields["request_id"], **params})
-    reason = ("; ".join(f"{peers.label(p)}: {p.get('reason')}" for p in failed) if failed
-              else applied.get("error"))
     return {**applied, "ok": False, "rolled_back": _merge(undo["answers"])["ranks"],
-            "error": f"{reason}; every process that applied it rolled back"}
+            "error": f"{failure or applied.get('error')}; every process that applied it rolled back"}
 
 
 def install_http_routes(rt, module) -> None:

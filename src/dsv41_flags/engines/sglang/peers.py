@@ -232,6 +232,45 @@ def call_all(rt, request: dict) -> list[dict]:
     return answers
 
 
+def vote(rt, params: dict, tokenizer_workers: int = 1) -> tuple[list[dict], str | None]:
+    """Phase 1 outside the schedulers: ``(answers, refusal)`` of this process and every peer for
+    ``params`` (``name``, ``value``, ``requested_by``); ``refusal`` says which process refused,
+    is silent, or cannot be reached (``unreached``: only when the feature is installed here, i.e.
+    its target runs where requests are tokenized), else None."""
+    from dsv41_flags.state import State
+
+    votes = call_all(rt, {"phase": "check", **params})
+    blocked = [v for v in votes if not v.get("ok")]
+    if votes[0].get("state") == State.INSTALLED:
+        blocked += unreached(tokenizer_workers)
+    if not blocked:
+        return votes, None
+    return votes, (f"switch {params['name']}={params['value']!r} refused before any rank applied "
+                   f"it: " + "; ".join(f"{label(v)}: {v.get('reason')}" for v in blocked))
+
+
+def behind(votes: list[dict], generation: int) -> str | None:
+    """Which processes are not on the ranks' ``generation`` (a refusal), or None."""
+    others = [v for v in votes if v.get("generation") != generation]
+    if not others:
+        return None
+    return (f"the ranks are on generation {generation}, "
+            + ", ".join(f"{label(v)} on {v.get('generation')}" for v in others))
+
+
+def apply(rt, params: dict, generation: int, request_id: str) -> tuple[list[dict], str | None]:
+    """Phase 2 outside the schedulers, after every rank applied the switch as ``generation``:
+    ``(answers, failure)``; on a failure every process that applied it here has rolled back
+    (the caller rolls back the ranks)."""
+    applied = call_all(rt, {"phase": "apply", "generation": generation, "request_id": request_id,
+                            **params})
+    failed = [a for a in applied if not a.get("ok")]
+    if not failed:
+        return applied, None
+    call_all(rt, {"phase": "rollback", "undo": request_id, **params})
+    return applied, "; ".join(f"{label(a)}: {a.get('reason')}" for a in failed)
+
+
 def label(entry: dict) -> str:
     """``detokenizer pid 42``: a process in a message."""
     return f"{entry.get('role') or 'process'} pid {entry.get('pid')}"
