@@ -429,16 +429,14 @@ def test_nested_variables_are_refused(make_runtime):
 
 def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
     """Another thread writes and reads os.environ while settings load with an explicit
-    environment and with Dynaconf's own variables present: no variable is lost, os.environ is the
-    same object with the same content, and Dynaconf's variables change nothing."""
+    environment and with Dynaconf's own value and profile variables present: no variable is lost,
+    os.environ is the same object with the same content, and those variables change nothing."""
     settings = tmp_path / "settings.toml"
     settings.write_text("[default]\nfolded_fence = false\nautotune_keep = true\n[tp4]\nfolded_fence = true\n")
     other = tmp_path / "other.toml"
     other.write_text("[default]\nautotune_keep = false\nfolded_fence = true\n")
-    for name, value in {"DYNACONF_FOLDED_FENCE": "1", "SETTINGS_FILE_FOR_DYNACONF": str(other),
-                        "INCLUDES_FOR_DYNACONF": str(other), "ENVIRONMENTS_FOR_DYNACONF": "false",
-                        "ENV_FOR_DYNACONF": "tp4", "MERGE_ENABLED_FOR_DYNACONF": "false",
-                        "DSV41_AUTOTUNE_KEEP": "0"}.items():
+    for name, value in {"DYNACONF_FOLDED_FENCE": "1", "DYNACONF_AUTOTUNE_KEEP": "false",
+                        "ENV_FOR_DYNACONF": "tp4", "DSV41_AUTOTUNE_KEEP": "0"}.items():
         monkeypatch.setenv(name, value)
     environ_object, before = os.environ, dict(os.environ)
     stop, lost, written = threading.Event(), [], []
@@ -483,4 +481,28 @@ def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
     assert amb["FOLDED_FENCE"].value is False and amb["FOLDED_FENCE"].source == f"{settings} [default]"
     assert amb["AUTOTUNE_KEEP"].value is False and amb["AUTOTUNE_KEEP"].chain[-1] == (
         "env DSV41_AUTOTUNE_KEEP", "0")
-    assert any("SETTINGS_FILE_FOR_DYNACONF" in n for n in ambient.resolution.notes)
+    assert any("DYNACONF_FOLDED_FENCE" in n for n in ambient.resolution.notes)
+
+
+@pytest.mark.parametrize("name,value,changed", [
+    ("SETTINGS_FILE_FOR_DYNACONF", "{other}", "settings_file="),
+    ("INCLUDES_FOR_DYNACONF", "{other}", "includes='{other}' instead of []"),
+    ("ENVIRONMENTS_FOR_DYNACONF", "false", "environments=False instead of True"),
+    ("MERGE_ENABLED_FOR_DYNACONF", "false", "merge_enabled=False instead of True"),
+    ("LOADERS_FOR_DYNACONF", '["dynaconf.loaders.env_loader"]', "loaders="),
+])
+def test_a_dynaconf_option_variable_of_the_process_is_refused(tmp_path, monkeypatch, name, value, changed):
+    """Dynaconf takes its options from the process's variables over its arguments, and no public
+    option turns that off: a variable that would change the files or profiles read is an error
+    naming it and what it changed, never a resolution from files that are not listed."""
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\nfolded_fence = false\n[tp4]\nfolded_fence = true\n")
+    other = tmp_path / "other.toml"
+    other.write_text("[default]\nfolded_fence = true\n")
+    monkeypatch.setenv(name, value.format(other=other))
+    with pytest.raises(SettingsError) as exc:
+        build([settings], "tp4", environ={}, features_dir=REPO / "features", use_snapshot=False,
+              configure_logging=False)
+    [problem] = exc.value.problems
+    assert f"{name}=" in problem.message and changed.format(other=other) in problem.message
+    assert "accepted:" in problem.message and "DSV41_SETTINGS" in problem.message
