@@ -1,13 +1,12 @@
 """Resolution: settings files + profile + ``DSV41_*`` variables -> a typed value per key, with
-its source and the chain of every value that was set for it.
+its source (``declared default``, ``<file> [<section>]`` or ``env DSV41_<KEY>``) and the chain of
+every value that was set for it.
 
-Dynaconf, through its public API, loads the files found and checked by ``settings_files``: the
-profiles (its environments: ``[default]`` + the profile, picked by ``DSV41_ENV`` or an argument),
-the merge of ``settings.local.toml`` and of nested tables, and the provenance of every value
-(``dynaconf.get_history``). Each layer of a key is then cast by its declared type here
-(``values``), and the ``DSV41_<KEY>`` layer is read from the environment mapping given. What is
-done beyond Dynaconf, and why, is said once, above ``DYNACONF_OPTIONS``. Every key's source is
-``declared default``, ``<file> [<section>]`` or ``env DSV41_<KEY>``.
+Dynaconf's public API (``Dynaconf``, ``get_history``) loads the files that ``settings_files``
+found and checked: the profile (an environment: ``[default]`` + the profile), the merge of
+``settings.local.toml`` and of nested tables, the provenance of every file value. Each layer of a
+key is cast here by its declared type (``values``). ``find_settings_files``, ``PROJECT_SETTINGS``
+and ``reread`` are imported here for the callers that resolve a launch.
 """
 from __future__ import annotations
 
@@ -58,9 +57,12 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
             PROFILE_VAR, origin,
             f"profile {quoted(profile)} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
+    import glob
+
     from dynaconf import Dynaconf, get_history
 
-    names = [_literal(f) for f in files]
+    # Dynaconf globs an entry holding *, ? or [: a file found here is read as that exact file
+    names = [glob.escape(str(f)) for f in files]
     try:
         settings = Dynaconf(**DYNACONF_OPTIONS, settings_files=names, force_env=profile)
         history = get_history(settings)  # forces the load here, where errors can be attributed
@@ -75,24 +77,10 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     return LoadedSettings(settings, layers), profile, profiles, tuple(notes)
 
 
-# Where dsv41_flags goes beyond Dynaconf, and why (the one place that says it; docs/settings.md
-# says it to the operator):
-# - Dynaconf takes each of its own options from a ``<OPTION>_FOR_DYNACONF`` variable of the
-#   process, over the arguments it is given, and no option turns that off. So every option that
-#   decides what is loaded is passed, and ``_process_overrides`` refuses a load where a variable
-#   changed one of them (or made Dynaconf read a file not found here), naming the variable.
-# - Dynaconf's env loader reads only ``os.environ`` and parses each value as TOML (``off`` stays
-#   the string "off", ``1e3`` becomes a float, ``0x10`` an int, ``@del`` deletes). A launch is
-#   resolved for an explicit environment (the launcher's command environment, tests) without
-#   touching ``os.environ``, and a variable's value is cast from its raw text by the declared
-#   type. So Dynaconf's env loader is off (``loaders=[]``) and the ``DSV41_<KEY>`` layer is read
-#   here, from the mapping given (``_history``).
-# - Dynaconf evaluates its special forms while it loads and reads a path without bounds:
-#   ``settings_files`` checks each file before (one read, one parse: ``read_settings``).
-# - Dynaconf's ``Validator`` checks the merged value, whose layer and text are gone. Each layer of
-#   a key is cast and checked on its own here, and a file value is checked against the text
-#   written in the file (``file_literal``: a number in decimal digits; an error shows that text).
-#   Unknown keys: Dynaconf has no list of known keys; ``_unknown_keys`` compares with the features.
+#: Dynaconf's options, every one that decides what is loaded (docs/settings.md, "What Dynaconf
+#: does, and what is ours", says why each part beyond them is ours): its env loader is off
+#: (``loaders=[]``): the ``DSV41_<KEY>`` layer is the raw text of the environment resolved
+#: (``_history``); a process variable that changes one of them is refused (``_process_overrides``).
 DYNACONF_OPTIONS = {
     "environments": True, "default_env": "DEFAULT", "merge_enabled": True, "core_loaders": ["TOML"],
     "loaders": [], "load_dotenv": False, "auto_cast": False, "includes": [], "preload": [],
@@ -140,15 +128,6 @@ def _process_overrides(settings, names: list[str], files: list[Path], layers) ->
         f"the arguments dsv41_flags gives it, so files and profiles would be read without being "
         f"listed; accepted: none of Dynaconf's option variables where settings are resolved "
         f"(unset them: dsv41_flags reads DSV41_* only, files from --settings or {SETTINGS_VAR})"))]
-
-
-def _literal(path: os.PathLike | str) -> str:
-    """``path`` as Dynaconf must read it: exactly that file. Dynaconf globs a ``settings_files``
-    entry holding ``*``, ``?`` or ``[``; the files here are already found and checked, so their
-    glob characters are escaped (a ``[ab]`` in a directory name is part of the name)."""
-    import glob
-
-    return glob.escape(str(path))
 
 
 # ---------------------------------------------------------------------------- resolution

@@ -1,19 +1,9 @@
-"""Settings files: which are read (the search), and each file read and checked once.
-
-The search, first that applies:
-  1. ``settings_files`` passed to ``activate`` / ``--settings`` on the CLI;
-  2. ``DSV41_SETTINGS``: paths separated by ``os.pathsep`` or commas; a missing file, or an empty
-     selection (``""``, ``":"``, an empty entry as ``"$A:$B"`` gives with ``B`` unset), is an error;
-  3. ``settings.toml`` in the current directory;
-  4. the default ``settings.toml`` shipped in the package (``dsv41_flags/_data/``).
-``settings.local.toml`` beside any file found overrides it (Dynaconf's convention).
-
-Each file is read with ``files.read_regular`` (never blocks, at most ``SETTINGS_MAX_BYTES``) and
-parsed once per content (``read_settings``), BEFORE Dynaconf reads it: Dynaconf evaluates its own
-special forms while it loads (includes, ``@`` tokens, merge markers, ``dynaconf_hooks.py``), and
-none of them may change a value without the file being listed, so they are refused here. The same
-parse gives the profiles present, the text written for a value (``file_literal``) and a value read
-again at its layer (``reread``).
+"""Settings files: which are read (the search: ``find_settings_files``), each read with
+``files.read_regular`` (never blocks, at most ``SETTINGS_MAX_BYTES``) and parsed once per content
+(``read_settings``), and checked BEFORE Dynaconf reads it: Dynaconf evaluates its own special
+forms while it loads (includes, ``@`` tokens, merge markers, ``dynaconf_hooks.py``), and none may
+change a value without the file being listed. The same parse gives the profiles present, the
+text written for a value (``file_literal``) and a value read again at its layer (``reread``).
 """
 from __future__ import annotations
 
@@ -78,7 +68,10 @@ def local_companion(path: Path) -> Path:
 def find_settings_files(explicit: list[str | os.PathLike] | None = None,
                         environ: Mapping[str, str] | None = None,
                         cwd: Path | None = None) -> tuple[list[Path], str]:
-    """Return ``(files, how)`` following the documented search; ``how`` says which rule applied.
+    """Return ``(files, how)``; ``how`` says which rule applied, first that applies: ``explicit``
+    (``activate(settings_files=...)``, ``--settings``); ``DSV41_SETTINGS`` (paths separated by
+    ``os.pathsep`` or commas); ``settings.toml`` in ``cwd``; ``PROJECT_SETTINGS``. A
+    ``settings.local.toml`` beside a file found overrides it (Dynaconf's convention).
 
     Every file found and its ``.local`` companion (when present) are checked. Raises SettingsError
     naming the path, who named it and the reason when a file is missing (explicitly named),

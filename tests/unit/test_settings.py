@@ -9,7 +9,7 @@ import pytest
 
 from dsv41_flags import SettingsError
 from dsv41_flags.runtime import build
-from dsv41_flags.settings import find_settings_files
+from dsv41_flags.settings_files import find_settings_files
 
 from ._bounded import no_block
 from ._child import CLI, REPO, clean_env, parent, run_cmd
@@ -214,7 +214,7 @@ def test_shipped_settings_are_a_minimal_default():
     deployment's prefixes, volatile names or launch profiles (those are in the docs' example)."""
     import tomllib
 
-    from dsv41_flags.settings import PROJECT_SETTINGS
+    from dsv41_flags.settings_files import PROJECT_SETTINGS
 
     data = tomllib.loads(PROJECT_SETTINGS.read_text(encoding="utf-8"))
     assert list(data) == ["default"]
@@ -283,8 +283,6 @@ def test_a_settings_path_with_glob_characters_is_read_as_written(tmp_path, name)
     (lambda d: (d / "f.toml").write_text("[default]\nx = " + "9" * 5000 + "\n"), "is not valid TOML"),
 ])
 def test_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason):
-    from dsv41_flags.settings import find_settings_files
-
     make(tmp_path)
     with pytest.raises(SettingsError, match=reason) as exc:
         no_block(find_settings_files, None, {"DSV41_SETTINGS": str(tmp_path / "f.toml")})
@@ -292,8 +290,6 @@ def test_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason
 
 
 def test_fifo_local_companion_is_refused(tmp_path):
-    from dsv41_flags.settings import find_settings_files
-
     (tmp_path / "settings.toml").write_text("[default]\n")
     os.mkfifo(tmp_path / "settings.local.toml")
     with pytest.raises(SettingsError, match=r"settings.local.toml \(named by beside .*\) is a FIFO"):

@@ -8,7 +8,7 @@ import pytest
 
 from dsv41_flags import SettingsError
 from dsv41_flags.runtime import build
-from dsv41_flags.settings import find_settings_files
+from dsv41_flags.settings_files import find_settings_files
 
 from ._child import REPO
 

@@ -3,7 +3,8 @@ for every key and profile, exactly what Dynaconf's per-key ``get_history`` gives
 import pytest
 from dynaconf import get_history
 
-from dsv41_flags.settings import find_settings_files, load
+from dsv41_flags.settings import load
+from dsv41_flags.settings_files import find_settings_files
 
 MAIN = """
 [default]
