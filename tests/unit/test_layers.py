@@ -20,7 +20,7 @@ PACKAGE = Path(dsv41_flags.__file__).resolve().parent
 LAYERS: list[tuple[str, set[str]]] = [
     ("foundation", {"errors", "names", "values", "text", "files", "logs", "state", "engines", "secrecy"}),
     ("declarations", {"requires", "declare"}),
-    ("settings", {"resolution", "settings"}),
+    ("settings", {"resolution", "settings_files", "settings"}),
     ("resolution", {"fingerprint"}),
     ("features", {"discovery", "drift", "snapshot"}),
     ("hooks", {"hooks"}),
