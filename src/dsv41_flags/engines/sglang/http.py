@@ -178,7 +178,7 @@ async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: floa
     the schedulers, with its role and applied state."""
     import asyncio
 
-    from dsv41_flags.engines.sglang import peers
+    import dsv41_flags.engines.sglang.peers as peers
 
     params = {"name": fields["name"], "value": fields["value"],
               "requested_by": fields["requested_by"]}
@@ -278,7 +278,7 @@ def install_http_routes(rt, module) -> None:
         except SwitchError as exc:
             data = {"ok": False, "error": str(exc), "ranks": []}
         data["server"] = process_status(rt)
-        from dsv41_flags.engines.sglang import peers
+        import dsv41_flags.engines.sglang.peers as peers
 
         others = await asyncio.to_thread(peers.call_all, rt, {"phase": "status"})
         data["processes"] = others[1:]

@@ -402,7 +402,7 @@ def switch_engine(engine, name: str, value: Any, *, requested_by: str = "python"
     reasons when refused; a process that fails to apply it makes the ranks roll back. Do not call
     it concurrently with ``Engine.collective_rpc`` (one socket)."""
     from dsv41_flags.activation import current_runtime
-    from dsv41_flags.engines.sglang import peers
+    import dsv41_flags.engines.sglang.peers as peers
 
     rt = current_runtime()
     params = {"name": feature_name(name), "value": value, "requested_by": requested_by}
