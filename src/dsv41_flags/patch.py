@@ -18,6 +18,7 @@ import functools
 import inspect
 import itertools
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from dsv41_flags.errors import PatchConflict
@@ -103,51 +104,58 @@ def _next_stored(start: Any, owner: type, attr: str) -> Any:
                          f"{attr!r} any more")
 
 
-def _bound(stored: Any, instance: Any, klass: Any) -> Any:
-    """``stored`` as an attribute lookup gives it (the descriptor protocol: ``__get__``)."""
-    get = getattr(type(stored), "__get__", None)
-    return stored if get is None else get(stored, instance, klass)
-
-
-def _calling_through(fn: Callable, resolve: Callable[[tuple], tuple[Callable, tuple]]) -> Callable:
+def _calling_through(fn: Callable, owner: type, attr: str, static: bool) -> Callable:
     """A function of ``fn``'s kind (function, coroutine, generator, async generator function),
-    name, doc and signature (``__wrapped__ = fn``) whose calls run ``target(*rest, **kwargs)`` where
-    ``target, rest = resolve(args)`` is looked up at each call."""
+    name, doc and signature (``__wrapped__ = fn``) whose calls run ``super(owner, first).attr``
+    looked up at each call, with the other arguments: ``first`` is the call's first argument (the
+    instance of a method, the class of a classmethod), or ``owner`` itself for a staticmethod
+    (then every argument is passed on)."""
     kind = call_kind(fn)
-    if kind == FUNCTION:
+    if kind == FUNCTION and static:
         def through(*args: Any, **kwargs: Any) -> Any:
-            target, rest = resolve(args)
-            return target(*rest, **kwargs)
-    elif kind == COROUTINE:
-        async def through(*args: Any, **kwargs: Any) -> Any:
-            target, rest = resolve(args)
-            return await target(*rest, **kwargs)
+            return getattr(super(owner, owner), attr)(*args, **kwargs)
+    elif kind == FUNCTION:
+        def through(first: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return getattr(super(owner, first), attr)(*args, **kwargs)
     else:
-        def prepare(args: tuple, kwargs: dict):
-            target, rest = resolve(args)
-            return (lambda: target(*rest, **kwargs)), PLAIN
+        def current(args: tuple) -> tuple[Callable, tuple]:
+            if static:
+                return getattr(super(owner, owner), attr), args
+            if not args:
+                raise TypeError(f"{_where(owner, attr)}() missing its first argument")
+            return getattr(super(owner, args[0]), attr), args[1:]
 
-        through = iterating_wrapper(kind, prepare)
+        if kind == COROUTINE:
+            async def through(*args: Any, **kwargs: Any) -> Any:
+                target, rest = current(args)
+                return await target(*rest, **kwargs)
+        else:
+            def prepare(args: tuple, kwargs: dict):
+                target, rest = current(args)
+                return (lambda: target(*rest, **kwargs)), PLAIN
+
+            through = iterating_wrapper(kind, prepare)
     return functools.update_wrapper(through, fn)
 
 
 def through(owner: type, attr: str, stored: Any) -> Any:
     """What a patch of ``attr`` inherited by class ``owner`` hands to ``make``: of ``stored``'s
     kind (its bases' attribute at patch time), calling through to the attribute the bases hold at
-    CALL time (``super(owner, ...)``'s lookup through the caller's MRO), so a base patched, or
-    restored, after this patch is what the subclass runs.
+    CALL time, as ``super(owner, ...)`` finds it (an override calling ``super()`` does the same),
+    so a base patched, or restored, after this patch is what the subclass runs.
 
-    - a function (method): a function ``(self, *args, **kwargs)`` (of the original's call kind:
-      ``async def`` stays ``async def``...);
+    - a function (method): a function ``(self, *args, **kwargs)`` of the original's call kind
+      (an ``async def`` stays an ``async def``...);
     - a classmethod / staticmethod: the function under it, ``(cls, ...)`` / ``(...)``;
     - a property: a property whose getter, setter and deleter (those ``stored`` has) run the
       bases' property of call time.
 
     Returns None for anything else (a builtin, a callable object, a plain value, another
-    descriptor): it is handed as stored (captured), see ``Ledger.patch``."""
+    descriptor): it is handed as stored (captured), see ``Ledger.patch``. A call costs one
+    ``super`` lookup more than a captured original (``bench/b8_patch_check.py``)."""
     if isinstance(stored, property):
         def get(self):
-            return _bound(_next_stored(type(self), owner, attr), self, type(self))
+            return getattr(super(owner, self), attr)
 
         def put(self, value):
             _next_stored(type(self), owner, attr).__set__(self, value)
@@ -160,35 +168,31 @@ def through(owner: type, attr: str, stored: Any) -> Any:
     fn = stored.__func__ if isinstance(stored, (classmethod, staticmethod)) else stored
     if not inspect.isfunction(fn):
         return None
-    if isinstance(stored, classmethod):
-        def resolve(args: tuple) -> tuple[Callable, tuple]:
-            cls = args[0] if args else owner
-            return _bound(_next_stored(cls, owner, attr), None, cls), args[1:]
-    elif isinstance(stored, staticmethod):
-        def resolve(args: tuple) -> tuple[Callable, tuple]:
-            return _bound(_next_stored(owner, owner, attr), None, owner), args
-    else:
-        def resolve(args: tuple) -> tuple[Callable, tuple]:
-            if not args:
-                raise TypeError(f"{_where(owner, attr)}() missing its instance argument")
-            klass = type(args[0])
-            return _bound(_next_stored(klass, owner, attr), args[0], klass), args[1:]
-    return _calling_through(fn, resolve)
+    return _calling_through(fn, owner, attr, isinstance(stored, staticmethod))
 
 
-def _static(owner: Any, attr: str) -> Any:
-    """``owner.attr`` as stored (``inspect.getattr_static``: no descriptor binding, no
-    ``__getattr__``), or None."""
+def _stored(obj: Any, name: str) -> Any:
+    """``obj.name`` as stored, without running any code of ``obj``'s (no descriptor binding, no
+    module or class ``__getattr__``): its own ``__dict__`` entry, else the entry of the first
+    class in its MRO (a class) or its type's MRO (anything else) that defines it; None when none
+    does."""
     try:
-        return inspect.getattr_static(owner, attr)
+        own = object.__getattribute__(obj, "__dict__")  # never a __getattr__ of obj's
     except AttributeError:
-        return None
+        own = None
+    if isinstance(own, (dict, MappingProxyType)) and name in own:
+        return own[name]
+    for klass in obj.__mro__ if isinstance(obj, type) else type(obj).__mro__:
+        stored = vars(klass)
+        if name in stored:
+            return stored[name]
+    return None
 
 
 def _walk(obj: Any, path: Sequence[str]) -> Any:
     """``obj.a.b.c`` as stored (no descriptor binding); None when a step is missing."""
     for part in path:
-        obj = _static(obj, part)
+        obj = _stored(obj, part)
         if obj is None:
             return None
     return obj
@@ -419,15 +423,15 @@ class Ledger:
         module does not reach (``path`` None) is checked as recorded. An attribute with another
         feature's patch above ours must hold that one (which wraps ours).
 
-        Cost: per patch, ``len(path) + 1`` static lookups (``inspect.getattr_static``); reads
-        only, never imports, never calls the engine's code."""
+        Cost: per patch, ``len(path) + 1`` dictionary lookups along MROs (``_stored``); reads only,
+        never imports, never runs the engine's code (no descriptor, no ``__getattr__``)."""
         out = []
         for record in self.records(feature):
             if module is None:
                 out.append(record.where)
                 continue
             top = self.stack(record.owner, record.attr)[-1]
-            now = (_static(record.owner, record.attr) if record.path is None
+            now = (_stored(record.owner, record.attr) if record.path is None
                    else _walk(module, record.path + (record.attr,)))
             if now is not top.replacement:
                 out.append(record.where)
