@@ -104,6 +104,14 @@ def _next_stored(start: Any, owner: type, attr: str) -> Any:
                          f"{attr!r} any more")
 
 
+def _bases_bound(owner: type, attr: str, first: Any) -> Any:
+    """The attribute ``owner``'s bases hold, bound to ``first`` by the descriptor protocol (where
+    ``super(owner, first)`` refuses ``first``: neither an instance nor a subclass of ``owner``)."""
+    stored = _next_stored(owner, owner, attr)
+    get = getattr(type(stored), "__get__", None)
+    return stored if get is None else get(stored, first, type(first))
+
+
 def _calling_through(fn: Callable, owner: type, attr: str, static: bool) -> Callable:
     """A function of ``fn``'s kind (function, coroutine, generator, async generator function),
     name, doc and signature (``__wrapped__ = fn``) whose calls run ``super(owner, first).attr``
@@ -116,14 +124,21 @@ def _calling_through(fn: Callable, owner: type, attr: str, static: bool) -> Call
             return getattr(super(owner, owner), attr)(*args, **kwargs)
     elif kind == FUNCTION:
         def through(first: Any, /, *args: Any, **kwargs: Any) -> Any:
-            return getattr(super(owner, first), attr)(*args, **kwargs)
+            try:
+                view = super(owner, first)
+            except TypeError:  # called through the class with another object: bound to it
+                return _bases_bound(owner, attr, first)(*args, **kwargs)
+            return getattr(view, attr)(*args, **kwargs)
     else:
         def current(args: tuple) -> tuple[Callable, tuple]:
             if static:
                 return getattr(super(owner, owner), attr), args
             if not args:
                 raise TypeError(f"{_where(owner, attr)}() missing its first argument")
-            return getattr(super(owner, args[0]), attr), args[1:]
+            try:
+                return getattr(super(owner, args[0]), attr), args[1:]
+            except TypeError:
+                return _bases_bound(owner, attr, args[0]), args[1:]
 
         if kind == COROUTINE:
             async def through(*args: Any, **kwargs: Any) -> Any:

@@ -953,3 +953,236 @@ def test_a_guarded_patch_returning_a_method_for_a_property_fails_the_install(tmp
     assert st.state == "failed"
     assert "feature 'kinds': A.prop is a property but the replacement is a function" in st.detail
     assert isinstance(vars(module.A)["prop"], property) and module.A().prop == 42
+
+
+# -- patches on a base and its subclass compose in either order -----------------------------------
+
+@pytest.mark.parametrize("removed_first", ["base-feature", "subclass-feature"])
+@pytest.mark.parametrize("first", ["base-first", "subclass-first"])
+@pytest.mark.parametrize("attr", ["m", "c", "s", "p"], ids=["method", "classmethod", "staticmethod", "property"])
+def test_patches_on_a_base_and_its_subclass_compose_in_either_order_and_uninstall_to_the_originals(attr, first, removed_first):
+    from dsv41_flags.patch import Ledger
+    classes = _hierarchy()
+    A, B, C = classes["A"], classes["B"], classes["C"]
+    before = {name: dict(vars(k)) for name, k in classes.items()}
+    stock = {name: _READ[attr](k) for name, k in classes.items()}
+    ledger = Ledger()
+    steps = [("base", A), ("sub", B)] if first == "base-first" else [("sub", B), ("base", A)]
+    for feature, klass in steps:
+        ledger.patch(feature, klass, attr, _tagging(feature, attr))
+    assert _READ[attr](B)[:2] == ["sub", "base"]          # the subclass's patch, then the base's
+    assert _READ[attr](A)[0] == "base" and "sub" not in _READ[attr](A)
+    assert _READ[attr](C)[:3 if attr == "m" else 2] == (["C own"] if attr == "m" else []) + ["sub", "base"]
+    gone, stays = ("base", "sub") if removed_first == "base-feature" else ("sub", "base")
+    assert ledger.uninstall(gone) == []                     # nothing captured the other: no block
+    assert gone not in _READ[attr](B) and stays in _READ[attr](B)
+    assert ledger.uninstall(stays) == []
+    assert all(_same_dict(k, before[name]) for name, k in classes.items())
+    assert {name: _READ[attr](k) for name, k in classes.items()} == stock
+
+
+@pytest.mark.parametrize("guard,live", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["plain", "guarded", "live", "guarded-live"])
+@pytest.mark.parametrize("attr", ["m", "c", "s"], ids=["method", "classmethod", "staticmethod"])
+def test_a_base_patched_by_one_feature_after_another_patched_its_subclass_reaches_the_subclass(attr, guard, live):
+    from dsv41_flags.live import Gate
+    from dsv41_flags.patch import InstallContext, Ledger
+    classes = _hierarchy()
+    A, B = classes["A"], classes["B"]
+    ledger = Ledger()
+
+    def context(name):
+        class Declared:
+            pass
+        Declared.name = name
+        return InstallContext(Declared(), {}, None, _Log(), ledger, gate=Gate(name, True) if live else None)
+
+    context("sub").patch(B, attr, _tagging("sub", attr), guard=guard)
+    context("base").patch(A, attr, _tagging("base", attr), guard=guard)
+    assert _READ[attr](B)[:2] == ["sub", "base"] and type(vars(B)[attr]) is type(vars(A)[attr])
+    ledger.uninstall("base")
+    assert _READ[attr](B)[:2] == ["sub", "B" if attr in ("m", "c") else "s"]
+    ledger.uninstall("sub")
+    assert attr not in vars(B) and _READ[attr](B)[0] in ("B", "s")
+
+
+def test_an_inherited_coroutine_and_generator_are_called_through_keeping_their_kind():
+    from dsv41_flags.patch import Ledger
+
+    class Base:
+        async def am(self, x):
+            return ["base", x]
+
+        def gm(self, x):
+            yield "base"
+            yield x
+
+    class Sub(Base):
+        pass
+
+    ledger = Ledger()
+    handed = {}
+
+    def make(name, tag):
+        def wrap(original):
+            handed[name] = original
+            if inspect.iscoroutinefunction(original):
+                async def am(self, x):
+                    return [tag] + await original(self, x)
+                return am
+
+            def gm(self, x):
+                yield tag
+                yield from original(self, x)
+            return gm
+        return wrap
+
+    for attr in ("am", "gm"):
+        ledger.patch("sub", Sub, attr, make(attr, "sub"))
+        ledger.patch("base", Base, attr, make(attr, "base-patch"))
+    assert inspect.iscoroutinefunction(handed["am"]) and inspect.isgeneratorfunction(handed["gm"])
+    assert asyncio.run(Sub().am(1)) == ["sub", "base-patch", "base", 1]
+    assert list(Sub().gm(1)) == ["sub", "base-patch", "base", 1]
+    ledger.uninstall("base")
+    assert asyncio.run(Sub().am(1)) == ["sub", "base", 1] and list(Sub().gm(1)) == ["sub", "base", 1]
+    ledger.uninstall("sub")
+    assert vars(Sub).keys() == {"__module__", "__doc__"}
+
+
+def test_an_inherited_property_setter_and_deleter_run_the_base_property_of_call_time():
+    from dsv41_flags.patch import Ledger
+    log = []
+
+    class Base:
+        @property
+        def p(self):
+            return ["base"]
+
+        @p.setter
+        def p(self, value):
+            log.append(("base set", value))
+
+        @p.deleter
+        def p(self):
+            log.append("base del")
+
+    class Sub(Base):
+        pass
+
+    ledger = Ledger()
+    ledger.patch("sub", Sub, "p", lambda original: property(
+        lambda self: ["sub"] + original.fget(self), original.fset, original.fdel))
+    ledger.patch("base", Base, "p", lambda original: property(
+        lambda self: ["base-patch"] + original.fget(self),
+        lambda self, value: (log.append("base-patch set"), original.fset(self, value)), original.fdel))
+    obj = Sub()
+    assert obj.p == ["sub", "base-patch", "base"]
+    obj.p = 5
+    del obj.p
+    assert log == ["base-patch set", ("base set", 5), "base del"]
+    ledger.uninstall("sub")
+    ledger.uninstall("base")
+    assert "p" not in vars(Sub) and Sub().p == ["base"]
+
+
+def _echo(*args):
+    return list(args)
+
+
+def _tagged(tag, original, *args):
+    return [tag] + original(*args)
+
+
+def test_a_base_patch_that_a_captured_subclass_patch_would_never_reach_is_refused_as_a_conflict():
+    """A callable object (here a functools.partial) cannot be called through at call time: the
+    subclass's patch captured it, so a later base patch is refused; patched the other way round
+    (base first) it composes by capture and the base's uninstall waits for the subclass's."""
+    from dsv41_flags.errors import PatchConflict
+    from dsv41_flags.patch import Ledger
+
+    def fresh():
+        class Base:
+            f = functools.partial(_echo, "base")
+
+        class Sub(Base):
+            pass
+        return Base, Sub
+
+    def make(tag):  # a partial for a partial: stored as is in the class, never bound
+        return lambda original: functools.partial(_tagged, tag, original)
+
+    Base, Sub = fresh()
+    stock = vars(Base)["f"]
+    ledger = Ledger()
+    ledger.patch("sub", Sub, "f", make("sub"))
+    with pytest.raises(PatchConflict, match=r"'base'.*Base\.f.*'sub'.*Sub\.f"):
+        ledger.patch("base", Base, "f", make("base"))
+    assert vars(Base)["f"] is stock and [r.feature for r in ledger.records()] == ["sub"]
+    ledger.uninstall("sub")
+    assert "f" not in vars(Sub)
+
+    Base, Sub = fresh()
+    stock = vars(Base)["f"]
+    ledger.patch("base", Base, "f", make("base"))
+    ledger.patch("sub", Sub, "f", make("sub"))
+    assert Sub.f("x") == ["sub", "base", "base", "x"]
+    assert [r.feature for r in ledger.uninstall("base")] == ["base"]      # sub captured it
+    ledger.uninstall("sub")
+    assert ledger.uninstall("base") == [] and vars(Base)["f"] is stock and "f" not in vars(Sub)
+
+
+def test_overlapping_lists_the_patches_on_one_attribute_of_a_class_hierarchy_in_application_order():
+    from dsv41_flags.patch import Ledger
+    classes = _hierarchy()
+    ledger = Ledger()
+    sub = ledger.patch("sub", classes["B"], "m", _tagging("sub", "m"))
+    base = ledger.patch("base", classes["A"], "m", _tagging("base", "m"))
+    other = ledger.patch("other", classes["A"], "c", _tagging("other", "c"))
+    assert ledger.overlapping(base) == ledger.overlapping(sub) == [sub, base]
+    assert ledger.overlapping(other) == [other]
+    ledger.uninstall("sub"), ledger.uninstall("base"), ledger.uninstall("other")
+
+
+# -- every restore is independent of the others ---------------------------------------------------
+
+class _Locked(type):
+    """A metaclass that refuses every attribute change once ``locked`` is set on the class."""
+
+    def __setattr__(cls, name, value):
+        if vars(cls).get("locked"):
+            raise RuntimeError(f"{cls.__name__} is locked")
+        super().__setattr__(name, value)
+
+    def __delattr__(cls, name):
+        if vars(cls).get("locked"):
+            raise RuntimeError(f"{cls.__name__} is locked")
+        super().__delattr__(name)
+
+
+def test_a_restore_an_owner_refuses_is_kept_with_its_reason_and_every_other_restore_is_done():
+    from dsv41_flags.patch import Ledger
+
+    class Free:
+        def m(self):
+            return "free"
+
+    class Base(metaclass=_Locked):
+        def m(self):
+            return "base"
+
+    class Sub(Base):
+        pass
+
+    ledger = Ledger()
+    for owner in (Free, Base, Sub):
+        ledger.patch("f", owner, "m", _tagging("f", "m"))
+    for owner in (Base, Sub):                 # each class locked by its own flag
+        type.__setattr__(owner, "locked", True)
+    kept = ledger.uninstall("f")
+    assert sorted(r.attr + " of " + r.owner.__name__ for r in kept) == ["m of Base", "m of Sub"]
+    assert all(r.failure.startswith("RuntimeError: ") and "locked" in r.failure for r in kept)
+    assert Free().m() == "free"                                    # restored all the same
+    for owner in (Base, Sub):
+        type.__setattr__(owner, "locked", False)
+    assert ledger.uninstall("f") == [] and ledger.records() == []
+    assert Base().m() == "base" and "m" not in vars(Sub)
