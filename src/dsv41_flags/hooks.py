@@ -227,6 +227,7 @@ def watch_reload(callback: Callable[[ModuleType], None], target: str) -> Callabl
     raised). wrapt's post-import hooks fire once, at the first import, and never on a reload: a
     reload re-executes the body in the same module object, rebinding every name a patch had
     replaced. Returns a function that cancels the watch. Exceptions raised by the callback
-    propagate to the ``reload`` call. With no watch, a first import costs one check per finder
-    call (``target`` is None)."""
+    propagate to the ``reload`` call. The watch's finder is put on ``sys.meta_path`` by the first
+    call only (nothing installed: the import system is untouched); from then on every other
+    import asks it once and is answered at once (``target`` is None)."""
     return _RELOADS.watch(callback, target)

@@ -437,7 +437,12 @@ class Runtime:
         try:
             feature.install(module, ctx)
         except Exception as exc:
-            self.ledger.uninstall(feature.name)  # roll back what the failed install patched
+            stuck = [r for r in self.ledger.uninstall(feature.name) if r.failure]  # roll back
+            if stuck:
+                self.log.error("feature.uninstall_failed", feature=feature.name,
+                               target=feature.target, attributes=[r.where for r in stuck],
+                               reason="; ".join(f"{r.where}: {r.failure}" for r in stuck),
+                               during="the rollback of a failed install")
             if isinstance(exc, PatchConflict):
                 self.log.error("feature.conflict", feature=feature.name, target=feature.target,
                                reason=str(exc), refused=True)
@@ -662,9 +667,9 @@ class Runtime:
         of ``features`` (default: every one) whose patch is in place (installed, bypassed) but
         that the engine would no longer call (``Ledger.lost``: a reloaded module, a replaced
         class, an overwritten attribute) becomes ``lost`` (``feature.lost``, an error event
-        naming the attributes). Reads only: never imports, installs or calls the engine's code;
-        about a microsecond per patch (bench/README.md, the audit note); never on a call of a
-        patched function."""
+        naming the attributes). Reads only: never imports, installs or runs the engine's code
+        (``Ledger.lost``); a few microseconds per patch (``bench/b8_patch_check.py``); never on
+        a call of a patched function, so never on a forward step."""
         with self._checking:
             for feature in self.features.values() if features is None else features:
                 st = self._states.get(feature.name)
