@@ -186,6 +186,46 @@ def through(owner: type, attr: str, stored: Any) -> Any:
     return _calling_through(fn, owner, attr, isinstance(stored, staticmethod))
 
 
+def through_instance(instance: Any, attr: str, bound: Any) -> Any:
+    """What a patch of ``attr`` on an object that does not hold it itself (its class does) hands
+    to ``make``: a function of the call kind of ``bound`` (what ``getattr(instance, attr)`` gave
+    at patch time) that calls the attribute its class holds at CALL time, bound to ``instance``
+    (the descriptor protocol), so a patch of the class applied later, or restored, is what the
+    object runs. None when ``bound`` is not callable or the class does not hold ``attr``
+    (handed as it is then)."""
+    klass = type(instance)
+    if not callable(bound) or _stored(klass, attr) is None:
+        return None
+
+    def current(args: tuple) -> tuple[Callable, tuple]:
+        stored = _stored(klass, attr)
+        if stored is None:
+            raise AttributeError(f"{_where(klass, attr)}: the class of the patched object no "
+                                 f"longer defines {attr!r}")
+        get = getattr(type(stored), "__get__", None)
+        return (stored if get is None else get(stored, instance, klass)), args
+
+    kind = call_kind(bound)
+    if kind == FUNCTION:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            target, _ = current(args)
+            return target(*args, **kwargs)
+    elif kind == COROUTINE:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            target, _ = current(args)
+            return await target(*args, **kwargs)
+    else:
+        def prepare(args: tuple, kwargs: dict):
+            target, _ = current(args)
+            return (lambda: target(*args, **kwargs)), PLAIN
+
+        call = iterating_wrapper(kind, prepare)
+    try:
+        return functools.update_wrapper(call, bound)
+    except (AttributeError, TypeError):
+        return call
+
+
 def _stored(obj: Any, name: str) -> Any:
     """``obj.name`` as stored, without running any code of ``obj``'s (no descriptor binding, no
     module or class ``__getattr__``): its own ``__dict__`` entry, else the entry of the first
@@ -257,7 +297,8 @@ class Ledger:
         same ``stored_kind``. On a class that inherits ``attr``, a function, classmethod,
         staticmethod or property is handed as ``through``: it calls the bases' attribute of call
         time, so patches on a class hierarchy compose in any order (a base patched later or
-        restored is what the subclass's patch calls). Any other inherited attribute is handed as
+        restored is what the subclass's patch calls); on an object whose class holds ``attr``,
+        a callable is handed as ``through_instance`` (the class's attribute of call time). Any other inherited attribute is handed as
         stored (captured); patching a base class whose attribute a subclass's patch of another
         kind has so captured raises PatchConflict (the base patch would never reach the subclass).
 
@@ -305,7 +346,8 @@ class Ledger:
                 # seen through inheritance (a base's replacement) is the base's, never adopted.
                 below, had_own = mark[1], mark[2]
         kind = type(below) if isinstance(below, (classmethod, staticmethod)) else None
-        handed = through(owner, attr, below) if isinstance(owner, type) and not had_own else None
+        handed = None if had_own else (through(owner, attr, below) if isinstance(owner, type)
+                                       else through_instance(owner, attr, below))
         composes = handed is not None
         replacement = make(handed if composes else below.__func__ if kind else below)
         if kind and not isinstance(replacement, kind):  # keep the descriptor kind of the original

@@ -1186,3 +1186,22 @@ def test_a_restore_an_owner_refuses_is_kept_with_its_reason_and_every_other_rest
         type.__setattr__(owner, "locked", False)
     assert ledger.uninstall("f") == [] and ledger.records() == []
     assert Base().m() == "base" and "m" not in vars(Sub)
+
+
+@pytest.mark.parametrize("first", ["class-first", "instance-first"])
+@pytest.mark.parametrize("attr", ["m", "c", "s"], ids=["method", "classmethod", "staticmethod"])
+def test_patches_on_an_object_and_its_class_compose_in_either_order(attr, first):
+    from dsv41_flags.patch import Ledger
+    A = _hierarchy()["A"]
+    a = A()
+    read = {"m": lambda: a.m("x"), "c": lambda: a.c("x"), "s": lambda: a.s("x")}[attr]
+    stock = read()
+    ledger = Ledger()
+    steps = [("cls", A), ("obj", a)] if first == "class-first" else [("obj", a), ("cls", A)]
+    for feature, owner in steps:
+        ledger.patch(feature, owner, attr, _tagging(feature, attr))
+    assert read()[:2] == ["obj", "cls"]
+    ledger.uninstall("cls")
+    assert read() == ["obj"] + stock                     # the object follows its class back
+    ledger.uninstall("obj")
+    assert vars(a) == {} and read() == stock
