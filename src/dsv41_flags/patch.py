@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping, Sequence
 from dsv41_flags.errors import PatchConflict
 from dsv41_flags.live import gated
 from dsv41_flags.text import exception_text
-from dsv41_flags.wrappers import (ASYNC_GENERATOR, CALLABLE, CLASSMETHOD, COROUTINE, FUNCTION,
-                                  GENERATOR, PLAIN, PROPERTY, STATICMETHOD, FallBack, as_declared,
-                                  call_kind, iterating_wrapper, kind_mismatch, stored_kind)
+from dsv41_flags.wrappers import (CALLABLE, CLASSMETHOD, COROUTINE, FUNCTION, PLAIN, PROPERTY,
+                                  STATICMETHOD, FallBack, as_declared, call_kind, iterating_wrapper,
+                                  kind_mismatch, stored_kind)
 
 _MISSING = object()
 #: attribute set on each replacement: ``(feature, original, had_own, owner)``
@@ -197,26 +197,24 @@ def through_instance(instance: Any, attr: str, bound: Any) -> Any:
     if not callable(bound) or _stored(klass, attr) is None:
         return None
 
-    def current(args: tuple) -> tuple[Callable, tuple]:
+    def current() -> Callable:
         stored = _stored(klass, attr)
         if stored is None:
             raise AttributeError(f"{_where(klass, attr)}: the class of the patched object no "
                                  f"longer defines {attr!r}")
         get = getattr(type(stored), "__get__", None)
-        return (stored if get is None else get(stored, instance, klass)), args
+        return stored if get is None else get(stored, instance, klass)
 
     kind = call_kind(bound)
     if kind == FUNCTION:
         def call(*args: Any, **kwargs: Any) -> Any:
-            target, _ = current(args)
-            return target(*args, **kwargs)
+            return current()(*args, **kwargs)
     elif kind == COROUTINE:
         async def call(*args: Any, **kwargs: Any) -> Any:
-            target, _ = current(args)
-            return await target(*args, **kwargs)
+            return await current()(*args, **kwargs)
     else:
         def prepare(args: tuple, kwargs: dict):
-            target, _ = current(args)
+            target = current()
             return (lambda: target(*args, **kwargs)), PLAIN
 
         call = iterating_wrapper(kind, prepare)
