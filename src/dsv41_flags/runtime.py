@@ -6,7 +6,6 @@ features, arms the ones whose flag is on (a post-import hook per target) and emi
 ``feature.installed`` / ``feature.drifted`` / ``feature.failed``.
 """
 
-import inspect
 import os
 import sys
 import threading
@@ -18,10 +17,11 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
-from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
+from dsv41_flags.errors import (ActivationError, DriftError, FlagsError, PatchConflict, Problem,
+                               RestoreError, SettingsError, SnapshotError)
 from dsv41_flags.fingerprint import Fingerprint, compute, own_argv
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
-from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import
+from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import, watch_reload
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
 from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
@@ -109,7 +109,10 @@ class Runtime:
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
         #: feature name -> the wait of a hook registered while its target's import was in progress
         self._import_waits: dict[str, ImportWait] = {}
-        self._reach: dict[tuple[str, str], tuple[tuple[str, ...], str] | None] = {}
+        #: serialises the patch check (``check_patches``): one ``feature.lost`` per loss
+        self._checking = threading.RLock()
+        #: feature name -> cancels the watch on its target's reload (``hooks.watch_reload``)
+        self._reload_watches: dict[str, Callable[[], None]] = {}
         self.pid = os.getpid()
         self.guard_registered = False
         self.announced = False
@@ -380,6 +383,7 @@ class Runtime:
         the parent's patches and hooks, so states and ledger stay true as they are."""
         self.pid = os.getpid()
         self._installing = threading.RLock()  # another thread of the parent may have held it
+        self._checking = threading.RLock()
         self.announced = False
         self.context.fields.clear()  # the same object: the configured log chain holds it too
         self.context.update(role="child")
@@ -433,11 +437,21 @@ class Runtime:
         try:
             feature.install(module, ctx)
         except Exception as exc:
-            self.ledger.uninstall(feature.name)  # roll back what the failed install patched
+            stuck = [r for r in self.ledger.uninstall(feature.name) if r.failure]  # roll back
+            if stuck:
+                self.log.error("feature.uninstall_failed", feature=feature.name,
+                               target=feature.target, attributes=[r.where for r in stuck],
+                               reason="; ".join(f"{r.where}: {r.failure}" for r in stuck),
+                               during="the rollback of a failed install")
+            if isinstance(exc, PatchConflict):
+                self.log.error("feature.conflict", feature=feature.name, target=feature.target,
+                               reason=str(exc), refused=True)
             return self._failed(feature, exc, strict, "install")
         records = self.ledger.records(feature.name)
-        for record in records:
-            self._reach[(feature.name, record.where)] = (_path_in(module, record.owner), record.attr)
+        self.ledger.anchor(feature.name, module)
+        if feature.name not in self._reload_watches:
+            self._reload_watches[feature.name] = watch_reload(
+                lambda reloaded, f=feature: self._on_reload(f), feature.target)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)
         st = self._set(feature, after_install(self.value(feature)),
                        duration_ms=duration_ms, patches=tuple(r.where for r in records))
@@ -445,10 +459,11 @@ class Runtime:
                       duration_ms=duration_ms, patches=list(st.patches),
                       **({"live": True, "bypassed": st.state == State.BYPASSED} if feature.live else {}))
         for record in records:
-            stack = self.ledger.stack(record.owner, record.attr)
-            if len(stack) > 1:
+            overlap = self.ledger.overlapping(record)
+            if any(r.feature != feature.name for r in overlap):
                 self.log.warning("feature.conflict", feature=feature.name, attribute=record.where,
-                                 order=[r.feature for r in stack])
+                                 order=[r.feature for r in overlap],
+                                 attributes=[r.where for r in overlap])
         return st
 
     def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureState:
@@ -470,24 +485,47 @@ class Runtime:
         like OpenTelemetry's ``uninstrument()``); one whose patch has another feature's patch on
         top stays ``installed`` and ``feature.uninstall_blocked`` names the features above it.
         With ``name=None`` the framework's own patches (the engine's live-switch RPC) are restored
-        too."""
+        too.
+
+        Every restore is tried, each independent of the others: an attribute whose owner refuses
+        it (``setattr`` / ``delattr`` raises: a locked metaclass, a read-only type) stays patched,
+        its feature keeps its state with the reason as detail (``feature.uninstall_failed``, an
+        error event naming the attributes), and every other feature is still restored. Raises
+        RestoreError at the end, listing each attribute left patched, when any restore failed."""
+        failures: list[tuple[str, str, str]] = []
         if name is None:
-            self.ledger.uninstall(BUILTIN)
+            failures += [(BUILTIN, r.where, r.failure) for r in self.ledger.uninstall(BUILTIN)
+                         if r.failure]
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
                 self._disarmed.add(feature.name)  # a hook whose target was never imported too
-                kept = self.ledger.uninstall(feature.name)
+                left = self.ledger.uninstall(feature.name)
+                failed = [r for r in left if r.failure]
+                kept = [r for r in left if not r.failure]
                 st = self._states.get(feature.name)
-                if st is not None and State(st.state).hooked and not kept:
+                if not left and feature.name in self._reload_watches:
+                    self._reload_watches.pop(feature.name)()
+                if st is not None and State(st.state).hooked and not left:
                     self._set(feature, State.UNINSTALLED,
                               detail="disarmed before its target was imported")
                     continue
+                if failed:
+                    failures += [(feature.name, r.where, r.failure) for r in failed]
+                    reason = "; ".join(f"{r.where}: {r.failure}" for r in failed)
+                    self.log.error("feature.uninstall_failed", feature=feature.name,
+                                   target=feature.target, attributes=[r.where for r in failed],
+                                   reason=reason)
+                    if st is not None:
+                        self._set(feature, st.state, detail=f"still patched, the restore failed: "
+                                  f"{reason}", duration_ms=st.duration_ms, patches=st.patches)
                 if kept:
                     self.log.warning("feature.uninstall_blocked", feature=feature.name,
                                      attributes=[r.where for r in kept],
                                      above=sorted({name for r in kept for name in self.ledger.above(r)}))
-                elif st is not None and after_uninstall(st.state) is not None:
+                elif not failed and st is not None and after_uninstall(st.state) is not None:
                     self._set(feature, after_uninstall(st.state))
+        if failures:
+            raise RestoreError(failures)
 
     # ------------------------------------------------------------------ live switches
     def check_switch(self, name: str, value: Any, requested_by: str = "") -> tuple[Feature, bool]:
@@ -499,6 +537,7 @@ class Runtime:
         check_requested_by(requested_by)
         feature, new = check_declared(self.features, name, value)
         name = feature.name
+        self.check_patches((feature,))  # a patch lost since it was installed is refused here
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
         if name not in self._hooked or st is None or not State(st.state).switchable:  # hooked: in place or will be
@@ -570,7 +609,9 @@ class Runtime:
     def states(self) -> list[FeatureState]:
         """Per feature (install order): name, state, flag value, source, target. A feature that
         arming never reached is ``off`` (flag off) or ``not-armed`` (flag on, no hook registered):
-        ``armed`` always means a hook is registered."""
+        ``armed`` always means a hook is registered. Every patched feature is checked first
+        (``check_patches``): one whose patch the engine no longer calls reads ``lost``."""
+        self.check_patches()
         out = []
         for f in self.features.values():
             st = self._states.get(f.name)
@@ -617,35 +658,38 @@ class Runtime:
                 self._set(feature, State.MISSED, detail=detail)
                 self.log.error("feature.missed", feature=feature.name, target=feature.target,
                                reason=detail)
-            elif State(st.state).patched:
-                lost = self._lost(feature)
+        return self.states()  # the patched ones: check_patches
+
+    def check_patches(self, features: Sequence[Feature] | None = None) -> None:
+        """The part of ``audit`` that runs by itself wherever a state is read or acted on
+        (``states``, hence every status answer, the metrics and the serving report;
+        ``check_switch``, before a switch; after ``importlib.reload`` of a target): each feature
+        of ``features`` (default: every one) whose patch is in place (installed, bypassed) but
+        that the engine would no longer call (``Ledger.lost``: a reloaded module, a replaced
+        class, an overwritten attribute) becomes ``lost`` (``feature.lost``, an error event
+        naming the attributes). Reads only: never imports, installs or runs the engine's code
+        (``Ledger.lost``); a few microseconds per patch (``bench/b8_patch_check.py``); never on
+        a call of a patched function, so never on a forward step."""
+        with self._checking:
+            for feature in self.features.values() if features is None else features:
+                st = self._states.get(feature.name)
+                if st is None or not State(st.state).patched:
+                    continue
+                lost = self.ledger.lost(feature.name, sys.modules.get(feature.target))
                 if lost:
                     self._set(feature, State.LOST, detail=", ".join(lost))
                     self.log.error("feature.lost", feature=feature.name, target=feature.target,
                                    attributes=lost)
-        return self.states()
 
-    def _lost(self, feature: Feature) -> list[str]:
-        """``Owner.attr`` of every patch of ``feature`` that the engine would not call now: the
-        attribute is reached from the target module as it stands (module -> owner by the name it
-        had at install -> attribute), so a replaced class, a reloaded module or an overwritten
-        attribute all count. An attribute with another feature's patch above ours must hold that
-        one (which wraps ours)."""
-        module = sys.modules.get(feature.target)
-        out = []
-        for record in self.ledger.records(feature.name):
-            top = self.ledger.stack(record.owner, record.attr)[-1]
-            reach = self._reach.get((feature.name, record.where))
-            if module is None:
-                out.append(record.where)
-                continue
-            if reach is None or reach[0] is None:  # owner not reachable from the module: as recorded
-                now = _static(record.owner, record.attr)
-            else:
-                now = _walk(module, reach[0] + (record.attr,))
-            if now is not top.replacement:
-                out.append(record.where)
-        return out
+    def _on_reload(self, feature: Feature) -> None:
+        """``feature``'s target was re-executed by ``importlib.reload``: check its patches now
+        (``check_patches``). Never raises into the reload: a failure is reported
+        (``flags.audit_failed``)."""
+        try:
+            self.check_patches((feature,))
+        except Exception as exc:  # noqa: BLE001 - a reload of the engine's module never fails on us
+            self.log.warning("flags.audit_failed", feature=feature.name, target=feature.target,
+                             error=exception_text(exc))
 
     def report(self) -> dict:
         """The ``flags.resolved`` payload."""
@@ -679,38 +723,6 @@ class Runtime:
         ``environ``. Raises OSError when a large snapshot cannot be spilled to its file."""
         environ[SNAPSHOT_VAR] = self.snapshot()
         environ[LAUNCH_VAR] = self.launch_marker()
-
-
-def _static(owner, attr: str):
-    try:
-        return inspect.getattr_static(owner, attr)
-    except AttributeError:
-        return None
-
-
-def _walk(obj, path: Sequence[str]):
-    """``obj.a.b.c`` as stored (no descriptor binding); None when a step is missing."""
-    for part in path:
-        obj = _static(obj, part)
-        if obj is None:
-            return None
-    return obj
-
-
-def _path_in(module, owner) -> tuple[str, ...] | None:
-    """Names leading from ``module`` to ``owner`` (``()`` for the module itself, the qualified name
-    of a class defined or imported there), or None when the module does not reach it."""
-    if owner is module:
-        return ()
-    qualname = getattr(owner, "__qualname__", None)
-    if isinstance(qualname, str) and "<locals>" not in qualname:
-        path = tuple(qualname.split("."))
-        if _walk(module, path) is owner:
-            return path
-    for name, value in list(vars(module).items()):
-        if value is owner:
-            return (name,)
-    return None
 
 
 def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
