@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.engines import adapter
+from dsv41_flags.engine import adapter
 from dsv41_flags.names import RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.files import FEATURE_MAX_BYTES, FileRefused, read_regular

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.engines import EngineFacts, engine_facts
+from dsv41_flags.engine import EngineFacts, engine_facts
 from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.resolution import EMPTY, Resolution, _jsonable

@@ -12,7 +12,7 @@ import os
 import sys
 
 from dsv41_flags.launcher import BOOTSTRAP_DIR
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 
 from ..conftest import REPO_SETTINGS
 from ._child import FEATURE, REPO, clean_env, event_names, events, run_cmd, run_code, run_py
@@ -52,7 +52,7 @@ def test_malformed_snapshot_under_the_bootstrap_never_runs_unpatched(project):
 
 #: the plugin entry in a process whose resolution raises a ZeroDivisionError (an internal error)
 BROKEN_RESOLUTION = """
-import dsv41_flags.runtime as r
+import dsv41_flags.assembly as r
 def broken(*a, **k):
     raise ZeroDivisionError("internal")
 r.resolve_launch = broken
@@ -207,15 +207,15 @@ def test_plugin_reads_ranks_before_the_first_event(project):
 
 
 def test_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
-    import dsv41_flags.activation as _activation
+    import dsv41_flags.children as _children
     import dsv41_flags.engines.sglang.processes as _sglang
 
-    assert _activation.is_multiprocessing_helper(
+    assert _children.is_multiprocessing_helper(
         ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(3)"])
-    assert _activation.is_spawn_child(
+    assert _children.is_spawn_child(
         ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, "
          "pipe_handle=6)", "--multiprocessing-fork"])
-    assert not _activation.is_spawn_child(["python", "-m", "sglang.launch_server"])
+    assert not _children.is_spawn_child(["python", "-m", "sglang.launch_server"])
 
     def run_scheduler_process():
         pass
