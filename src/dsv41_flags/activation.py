@@ -24,13 +24,13 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from dsv41_flags import rank_guard
 from dsv41_flags.assembly import build
 from dsv41_flags.engine import EngineAdapter
 from dsv41_flags.error_policy import EXIT_STRICT, fail, import_failed
 from dsv41_flags.errors import ActivationError
 from dsv41_flags.logs import ProcessContext
 from dsv41_flags.names import SNAPSHOT_VAR
-from dsv41_flags.rank_guard import register_guard
 from dsv41_flags.runtime import Runtime
 from dsv41_flags.snapshot import spill_path
 from dsv41_flags.text import exception_text
@@ -286,14 +286,14 @@ def activate_plugin(engine: EngineAdapter) -> None:
             return
         _NO_RUNTIME_GUARD = os.getpid()
         try:
-            register_guard(None, reason=_failure_reason(), engine=engine)
+            rank_guard.register_guard(None, reason=_failure_reason(), engine=engine)
         except Exception as exc:
             _report(exc, entry, role, ctx)  # non-strict here: it runs on
         return
 
     def guard() -> None:
         if not rt.guard_registered and rt.context.fields.get("role") not in engine.no_world_roles:
-            rt.guard_registered = register_guard(rt, engine=engine)
+            rt.guard_registered = rank_guard.register_guard(rt, engine=engine)
 
     live = any(f.live for f in rt.features.values())
     for step in ([lambda: engine.arm_live(rt)] if live else []) + [lambda: engine.on_serving(rt), guard]:
