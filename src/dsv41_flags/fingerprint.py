@@ -16,7 +16,8 @@ decided each key.
 Secrets are volatile and more: a variable, launch option or flag/option key whose name marks a
 secret (``secrecy.is_secret``, where the rule is stated) never enters the payload, whatever the
 other lists say, and ``excluded`` names it without its value.
-Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context).
+Source: the launch fingerprint of the workaround for sglang#40320 (an autotune cache kept across
+boots only for the same launch; the digest fix itself is sglang#40420).
 """
 
 import hashlib

@@ -11,7 +11,7 @@ from ._child import REPO, clean_env, run_cmd
 
 def test_the_engine_plugin_entry_imports_nothing_of_the_package_at_module_level():
     """sglang's loader imports the entry's module before calling it and swallows what that import
-    raises: the entry is ``_plugin.load``, whose module imports nothing, so a broken room is
+    raises: the entry is ``_plugin.load``, whose module imports nothing, so a broken adapter is
     reported and stops the process instead of booting unpatched."""
     import ast
     import importlib.metadata
