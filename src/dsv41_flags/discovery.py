@@ -95,7 +95,7 @@ def installed_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
 
 def with_engine_default(features: Sequence[Feature]) -> list[Feature]:
     """``features`` with every ``engine=None`` (not declared) replaced by the installed engine
-    adapter's range (``dsv41_flags.engines.adapter().default_range``); the adapter is looked up
+    adapter's range (``dsv41_flags.engine.adapter().default_range``); the adapter is looked up
     only when a feature needs it. Raises FlagsError when a declared adapter cannot be loaded."""
     if all(f.engine is not None for f in features):
         return list(features)

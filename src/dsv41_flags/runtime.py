@@ -100,7 +100,7 @@ class Runtime:
         self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
         #: called with (FlagsError, feature name) when a strict failure happens at a target's
         #: import after activation, or a hook of an abandoned activation fires (``activate`` sets
-        #: ``activation.import_failed``: flags.error, exit status 3); None (a runtime built
+        #: ``error_policy.import_failed``: flags.error, exit status 3); None (a runtime built
         #: directly, the test kit): the error is raised from the import statement
         self.on_import_failure: Callable[[BaseException, str], None] | None = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
