@@ -5,8 +5,7 @@ sglang's loader imports it before calling ``load`` and swallows (logs, then boot
 applied) any exception raised by that import. ``load`` imports the package and its engine adapter
 itself, so a package that cannot load is reported (one ``flags.error`` line on stderr) and, unless
 ``DSV41_STRICT`` is off, stops the process with exit status 3. The work itself is the core's
-activation policy (``dsv41_flags.activation.activate_plugin``), driven by the engine adapter
-(``dsv41_flags.engine.EngineAdapter``).
+``dsv41_flags.activation.activate_plugin`` with the installed engine adapter.
 """
 from __future__ import annotations
 
@@ -15,9 +14,8 @@ import sys
 
 
 def load() -> None:
-    """Activate this engine process through the core's policy with the installed engine adapter.
-    When the package or its adapter cannot be loaded, ``stop_unloadable`` says so and stops the
-    process."""
+    """Activate this engine process (``activate_plugin``). When the package or its engine adapter
+    cannot be loaded, ``stop_unloadable`` says so and stops the process."""
     try:
         from dsv41_flags.activation import activate_plugin
         from dsv41_flags.engine import adapter

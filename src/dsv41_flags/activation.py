@@ -9,10 +9,8 @@
   it does not have.
 * A failed activation is remembered: ``activate()`` raises ``ActivationError`` again on retry
   instead of handing out a half-armed runtime.
-* Every entry applies the one error policy (``error_policy``): a direct ``activate()``, the
-  framework's entries (``activate_entry``) and the engine's plugin loader (``activate_plugin``,
-  driven by the engine seam: the rank guard, the live transport and the serving hook at the
-  adapter's hook points).
+* Every entry (``activate()``, ``activate_entry``, the engine plugin's ``activate_plugin``) follows
+  the one error policy (``error_policy``).
 """
 from __future__ import annotations
 
@@ -264,15 +262,13 @@ def activate_entry(entry: str, *, role: str | None = None,
 
 def activate_plugin(engine: EngineAdapter) -> None:
     """The engine plugin loader's entry (``dsv41_flags_plugin.load``), in each engine process:
-    activate once (``activate_entry``, entry ``<engine>-plugin``) with the role and ranks of
-    ``engine.process_context()`` read BEFORE activating, so every event from ``flags.resolved`` on
-    carries them; then, at the adapter's hook points: the live transport (``arm_live``, when a live
-    feature is declared), the serving report (``on_serving``) and the rank consistency guard
-    (``on_world_ready``, except in ``no_world_roles``). A failed non-strict activation still
-    registers the guard, with no runtime, so the rank joins the ranks' gather (the others would
-    block in it). Any exception in a step emits ``flags.error``; in strict mode the process stops
-    with ``SystemExit(3)``: an engine's plugin loader that logs and swallows a plugin's
-    ``Exception`` would boot with nothing armed, and SystemExit is not an Exception."""
+    activate once (entry ``<engine>-plugin``) with the role and ranks of ``process_context()``
+    read first, so every event carries them; then, at the adapter's hook points: the live
+    transport (``arm_live``, when a feature is live), ``on_serving`` and the rank guard
+    (``on_world_ready``, outside ``no_world_roles``; after a failed non-strict activation too,
+    with no runtime, so this rank joins the gather the others block in). A step that raises emits
+    ``flags.error``; strict: ``SystemExit(3)``, which a plugin loader that swallows an
+    ``Exception`` (and would boot with nothing armed) does not catch."""
     global _NO_RUNTIME_GUARD
     entry = f"{engine.name or 'engine'}-plugin"
     try:
@@ -307,8 +303,5 @@ def activate_plugin(engine: EngineAdapter) -> None:
 def _failure_reason() -> str:
     """Why this process has no runtime (its latched activation error), for the rank guard's view."""
     exc = _FAILED[1] if _FAILED is not None and _FAILED[0] == os.getpid() else None
-    if exc is None:
-        return "activation failed"
-    if isinstance(exc, ActivationError) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    return exception_text(exc)[:300]
+    exc = exc.__cause__ if isinstance(exc, ActivationError) and exc.__cause__ is not None else exc
+    return exception_text(exc)[:300] if exc is not None else "activation failed"

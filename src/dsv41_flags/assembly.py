@@ -1,11 +1,7 @@
-"""Launch assembly: a ``Runtime`` built from what this process was launched with, either the
-launch's snapshot (a child of a launch: nothing resolved again) or the settings files, the
-environment and the discovered features (the launching process: resolved here).
-
-``build`` is what ``activate`` and the CLI call; ``resolve_launch`` is the resolution alone (the
-CLI's ``show`` and ``explain``). The settings loader (Dynaconf) is imported only by
-``resolve_launch``, while a launch is resolved and before any feature is armed: a child activating
-from the launch's snapshot never loads it.
+"""Launch assembly: a ``Runtime`` built (``build``) from the launch's snapshot in a child of a
+launch, else from the settings files, the environment and the discovered features
+(``resolve_launch``). The settings loader (Dynaconf) is imported only while a launch is resolved,
+before any feature is armed: a child activating from the launch's snapshot never loads it.
 """
 from __future__ import annotations
 

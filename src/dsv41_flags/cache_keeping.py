@@ -5,8 +5,7 @@ fingerprint of the launch that produced the cache and, at the next boot, keeps t
 that sidecar matches the new launch. Writes are atomic, private to this host's process, never
 follow a symbolic link; reads never block and never load more than ``SIDECAR_MAX_BYTES``; a
 damaged or foreign sidecar reads as one that matches nothing, with its ``error``.
-Source: the launch sidecar of the workaround for sglang#40320 (the cache digest fix itself is
-sglang#40420).
+Source: the launch sidecar of the sglang#40320 workaround (the digest fix is sglang#40420).
 Loaded by a feature when it uses it (at install), never by activation itself.
 """
 from __future__ import annotations

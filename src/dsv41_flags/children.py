@@ -1,9 +1,7 @@
-"""Propagation to children under ``dsv41-flags run``: the bootstrap ``sitecustomize`` calls
-``bootstrap`` at every interpreter start. A process marks each multiprocessing process object it
-creates (``SpawnedChild``); unpickling the mark in a spawned or forkserver child activates it
-before its target runs, unless the target activates through the engine's plugin loader
-(``EngineAdapter.will_activate``). A forked child needs nothing here: it adopts its parent's
-runtime at the fork (``activation``). Failures follow the error policy (``error_policy``).
+"""Propagation to children under ``dsv41-flags run`` (``bootstrap``, at every interpreter start):
+a spawned or forkserver child activates before its target runs, through the mark on its process
+object (``SpawnedChild``), unless its target activates through the engine's plugin loader. A
+forked child adopts its parent's runtime at the fork (``activation``).
 """
 from __future__ import annotations
 
@@ -18,27 +16,26 @@ from dsv41_flags.engine import adapter
 from dsv41_flags.error_policy import EXIT_STRICT
 
 
-def _interpreter_argv() -> list[str]:
-    return list(getattr(sys, "orig_argv", []) or [])
+def _interpreter_argv(argv: Sequence[str] | None = None) -> list[str]:
+    """``argv``, else this interpreter's own command line (``sys.orig_argv``)."""
+    return list(getattr(sys, "orig_argv", []) or []) if argv is None else list(argv)
 
 
 def is_multiprocessing_helper(argv: Sequence[str] | None = None) -> bool:
     """True for multiprocessing's resource tracker: it runs no user code and is not an engine
     process."""
-    argv = _interpreter_argv() if argv is None else list(argv)
-    return "from multiprocessing.resource_tracker import main" in " ".join(argv)
+    return "from multiprocessing.resource_tracker import main" in " ".join(_interpreter_argv(argv))
 
 
 def is_forkserver(argv: Sequence[str] | None = None) -> bool:
     """True in multiprocessing's forkserver: it runs no user code itself, but forks the children
     that do (each then activates before its target, like a spawned child)."""
-    argv = _interpreter_argv() if argv is None else list(argv)
-    return "from multiprocessing.forkserver import main" in " ".join(argv)
+    return "from multiprocessing.forkserver import main" in " ".join(_interpreter_argv(argv))
 
 
 def is_spawn_child(argv: Sequence[str] | None = None) -> bool:
     """True in a process started by multiprocessing's ``spawn`` (before its target runs)."""
-    argv = _interpreter_argv() if argv is None else list(argv)
+    argv = _interpreter_argv(argv)
     return "--multiprocessing-fork" in argv and any("spawn_main" in a for a in argv)
 
 
@@ -49,8 +46,8 @@ def bootstrap() -> None:
     forkserver, which itself does not activate) waits until its process object arrives from its
     parent: unpickling the mark activates it unless its target activates through the engine's
     plugin loader (which knows role and ranks before the first event; ``SpawnedChild``).
-    Everything else activates now. A failure follows the error policy: in strict mode the process exits
-    with status 3 before running anything."""
+    Everything else activates now. A failure follows the error policy: in strict mode the
+    process exits with status 3 before running anything."""
     if is_multiprocessing_helper():
         return
     mark_processes()

@@ -1,12 +1,9 @@
 """The engine seam: ``EngineAdapter``, what the core may ask of the engine it patches. The core
 never names an engine; each engine is one integration (a subpackage of ``dsv41_flags.engines``)
 that builds an ``EngineAdapter`` and declares it in the entry-point group ``dsv41_flags.engines``
-(pyproject). A second engine is one new integration and one entry point: the activation policy
-(``activation.activate_plugin``) is the core's, driven by the adapter's facts and hook points.
-
-An adapter is data and plain callables (``EngineAdapter``): the engine's facts (distribution,
-default version range, fingerprint facts, roles), its hook points (world ready, live transport,
-serving, spawned targets) and its live-switching path (an in-process engine object or its server).
+(pyproject): data and plain callables, the engine's facts and hook points. A second engine is
+one new integration and one entry point: the activation policy (``activation.activate_plugin``)
+is the core's, driven by the adapter.
 
 Standard library only at import: every process imports this module.
 """

@@ -1,10 +1,7 @@
-"""The error policy, the same for every entry (the engine's plugin loader, the ``dsv41-flags run``
-bootstrap, a direct ``activate()``, a target's import after activation): any exception while
-activating emits one structured ``flags.error`` event (cause, entry, pid, role, strict, outcome,
-and the state of every feature when a runtime exists). Strict mode: the process stops with exit
-status 3 (``EXIT_STRICT``). Non-strict: it runs, and the event says which features are what.
-
-The runtime an event reports is passed in (``runtime``): this module holds no process state.
+"""The error policy of every entry (the engine's plugin loader, the ``dsv41-flags run`` bootstrap,
+a direct ``activate()``, a target's import after activation): one ``flags.error`` event, then in
+strict mode exit status 3 (``EXIT_STRICT``); non-strict, the process runs and the event says
+which features are what. The runtime reported is passed in: this module holds no process state.
 """
 from __future__ import annotations
 
@@ -28,12 +25,11 @@ if TYPE_CHECKING:
 EXIT_STRICT = 3
 
 
-def _strict_when_unknown(environ: Mapping[str, str] | None = None) -> bool:
+def _strict_when_unknown() -> bool:
     """Strict mode when no resolution could be trusted: ``DSV41_STRICT`` when it is a valid flag
     value, else True (the default)."""
-    environ = os.environ if environ is None else environ
     try:
-        return cast_bool(environ.get(RESERVED["STRICT"].variable, "true") or "true")
+        return cast_bool(os.environ.get(RESERVED["STRICT"].variable, "true") or "true")
     except CastError:
         return True
 
@@ -47,35 +43,32 @@ def fail(exc: BaseException, entry: str, role: str | None = None,
     activation), the state of every feature; falls back to one plain line on stderr when the
     event cannot be written. Never raises.
     A KeyboardInterrupt / SystemExit is reported with outcome ``interrupted`` (it propagates)."""
-    rt = runtime
     if isinstance(exc, ActivationError) and exc.__cause__ is not None:
         exc = exc.__cause__
-    if rt is not None:
-        strict = rt.strict
-    else:
-        strict = True if isinstance(exc, SnapshotError) else _strict_when_unknown()
+    strict = runtime.strict if runtime is not None else (
+        isinstance(exc, SnapshotError) or _strict_when_unknown())
     if not isinstance(exc, Exception):
         outcome = (f"interrupted: {type(exc).__name__} propagates; every later activate() in this "
                    f"process raises ActivationError")
     elif entry == "activate":  # a direct call: the exception goes to its caller, who decides
         outcome = (f"raised {type(exc).__name__} to the caller of activate() ("
                    + ("strict" if strict else "non-strict") + " mode; "
-                   + ("features as in 'states'" if rt is not None
+                   + ("features as in 'states'" if runtime is not None
                       else "no feature is applied in this process") + ")")
     else:
         outcome = (f"stopped: exit status {EXIT_STRICT} (strict mode)" if strict else
-                   "running: " + ("every feature as in 'states'" if rt is not None
+                   "running: " + ("every feature as in 'states'" if runtime is not None
                                   else "no feature is applied in this process"))
     fields: dict[str, Any] = {
         "cause": f"{exception_text(exc)}", "error_type": type(exc).__name__,
         "entry": entry, "strict": strict, "outcome": outcome,
         "internal": not isinstance(exc, FlagsError),
     }
-    if rt is not None:
-        fields["states"] = rt.recorded_states()
+    if runtime is not None:
+        fields["states"] = runtime.recorded_states()
     try:
-        if rt is not None:
-            log = rt.log
+        if runtime is not None:
+            log = runtime.log
         else:
             ctx = ProcessContext()
             ctx.update(role=role or "unknown", **dict(context or {}))
@@ -99,7 +92,7 @@ def stop_process(status: int = EXIT_STRICT, runtime: Runtime | None = None) -> N
     """Stop this process NOW with ``status``, from wherever it is (an import statement in any
     thread, under a host's ``except BaseException``): flush stdout and stderr (the events are
     out), remove the launch's spill file when ``runtime`` is the launching process's, then
-    ``os._exit``. ``SystemExit`` is not used there: raised from an import in a thread it only ends the thread,
+    ``os._exit``. Not ``SystemExit``: raised from an import in a thread it only ends the thread,
     and a host loop catching BaseException would go on unpatched. ``atexit`` handlers do not run."""
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -117,8 +110,8 @@ def stop_process(status: int = EXIT_STRICT, runtime: Runtime | None = None) -> N
 
 def import_failed(exc: BaseException, feature_name: str, *, runtime: Runtime | None = None) -> None:
     """The error policy for a failure at a target's import AFTER activation (the runtime's
-    ``on_import_failure``, bound to it as ``runtime``: strict drift or a failed install, an
-    abandoned activation's hook): a ``flags.error`` event (entry ``import``, the feature), then
-    in strict mode ``stop_process`` (exit status 3). Non-strict: returns (the feature's own event says what it is)."""
+    ``on_import_failure``, bound to it as ``runtime``: strict drift, a failed install, an abandoned
+    activation's hook): ``flags.error`` (entry ``import``, the feature), then in strict mode
+    ``stop_process`` (exit status 3). Non-strict: returns; the feature's own event says what it is."""
     if fail(exc, f"import of {feature_name}'s target", runtime=runtime):
         stop_process(EXIT_STRICT, runtime)

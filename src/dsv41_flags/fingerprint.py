@@ -16,8 +16,7 @@ decided each key.
 Secrets are volatile and more: a variable, launch option or flag/option key whose name marks a
 secret (``secrecy.is_secret``, where the rule is stated) never enters the payload, whatever the
 other lists say, and ``excluded`` names it without its value.
-Source: the launch fingerprint of the workaround for sglang#40320 (an autotune cache kept across
-boots only for the same launch; the digest fix itself is sglang#40420).
+Source: the launch fingerprint of the sglang#40320 workaround (a cache kept for the same launch).
 """
 
 import hashlib

@@ -1,6 +1,5 @@
-"""The sglang integration: everything dsv41_flags knows about sglang, declared once, behind the
-engine seam ``dsv41_flags.engine.EngineAdapter`` (``ADAPTER``, entry-point group
-``dsv41_flags.engines``).
+"""The sglang integration: all dsv41_flags knows about sglang, declared once behind the engine seam
+(``ADAPTER``, a ``dsv41_flags.engine.EngineAdapter``, entry-point group ``dsv41_flags.engines``).
 
 - ``facts``: the distribution, the default version range and the launch fingerprint's facts;
 - ``processes``: roles and ranks of sglang's processes and the hook points the core's activation

@@ -2,8 +2,7 @@
 ranks read from the ``run_<role>_process(...)`` frame that calls ``load_plugins()``, whether
 sglang's plugin loader will activate a spawned process (so the ``dsv41-flags run`` bootstrap
 leaves it to the plugin, which knows role and ranks before the first event), and the hook points
-the core's activation policy (``activation.activate_plugin``) drives: the rank guard's
-(``on_world_ready``), the live transport (``arm_live``) and the serving report (``on_serving``).
+``activation.activate_plugin`` drives: ``on_world_ready``, ``arm_live`` and ``on_serving``.
 
 Standard library only at import.
 """
@@ -14,8 +13,7 @@ import inspect
 import os
 from typing import Any, Callable
 
-#: roles whose processes never initialise the model-parallel world (no rank guard there: the hook
-#: would only cost an import of sglang's parallel_state)
+#: roles whose processes never initialise the model-parallel world (no rank guard there)
 NO_WORLD_ROLES = frozenset({"engine", "detokenizer", "data_parallel_controller"})
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
 PLUGIN_GROUP = "sglang.srt.plugins"
