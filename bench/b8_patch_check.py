@@ -59,7 +59,7 @@ def _project(root: Path, features: int, patches: int) -> tuple[Path, Path, str]:
 
 
 def _runtime(root: Path, features: int, patches: int):
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
     fdir, settings, target = _project(root, features, patches)
     rt = build([settings], environ={}, argv=[], features_dir=fdir, use_snapshot=False,
                configure_logging=False)

@@ -5,7 +5,7 @@ fingerprint of the launch that produced the cache and, at the next boot, keeps t
 that sidecar matches the new launch. Writes are atomic, private to this host's process, never
 follow a symbolic link; reads never block and never load more than ``SIDECAR_MAX_BYTES``; a
 damaged or foreign sidecar reads as one that matches nothing, with its ``error``.
-Source: seed autotune_keep.py (``_sidecar_path``, ``_write_sidecar``, ``_read_sidecar``).
+Source: the launch sidecar of the sglang#40320 workaround (the digest fix is sglang#40420).
 Loaded by a feature when it uses it (at install), never by activation itself.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ SIDECAR_SUFFIX = ".launch"
 
 # ------------------------------------------------------------------------------- sidecar
 def sidecar_path(cache_path: os.PathLike | str) -> Path:
-    """Sidecar beside a cache file: ``x.json`` -> ``x.launch`` (seed autotune_keep.py)."""
+    """Sidecar beside a cache file: ``x.json`` -> ``x.launch``."""
     return Path(cache_path).with_suffix(SIDECAR_SUFFIX)
 
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from dsv41_flags import SettingsError
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 from dsv41_flags.settings_files import find_settings_files
 
 from ._bounded import no_block
@@ -309,7 +309,7 @@ def test_features_dir_symlink_loop_is_a_settings_error(project, tmp_path):
 
 
 def build_from_env(project, **env):
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
 
     return build([project.settings], None, environ=dict(env), argv=["prog"], use_snapshot=False,
                  configure_logging=False)

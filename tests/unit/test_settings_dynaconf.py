@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dsv41_flags import SettingsError
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 from dsv41_flags.settings_files import find_settings_files
 
 from ._child import REPO
