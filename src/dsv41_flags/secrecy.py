@@ -122,8 +122,9 @@ def mask(name: str, value: Any, secrets: Mapping[str, str] | None = None) -> Any
 # ---------------------------------------------------------------------------------------------
 # Secrets inside values: a URL's credentials, a secret key's explanation, a changed secret value.
 
-#: a URL as it appears in text: ``scheme://`` then everything up to a space or a quote
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]*")
+#: a URL as it appears in text: ``scheme://`` then everything up to a space (a quote or a
+#: bracket may be part of a password: a closing one is then shown inside the masked part)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 #: a query or fragment parameter: ``name=value``, separated by ``&`` or ``;``
 _PARAM = re.compile(r"(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
 
