@@ -217,9 +217,10 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
            profile: Optional[str] = ProfileOpt, as_json: bool = JsonOpt,
            url: Optional[str] = UrlOpt, api_key: Optional[str] = ApiKeyOpt,
            timeout: float = TimeoutOpt) -> None:
-    """Profile, settings files loaded, each feature (flag value and source, every option's value
-    and source, state, target, version range, whether its target and required names exist in the
-    installed engine), fingerprint.
+    """Profile, settings files loaded, each feature (flag value and source, live-safe or not:
+    live = switchable while serving, boot = read at boot only; every option's value and source,
+    state, target, version range, whether its target and required names exist in the installed
+    engine), fingerprint.
 
     The fingerprint is that of the launch command CMD ARGS given after -- (an empty one when none
     is given: it says so, and dsv41-flags fingerprint -- CMD gives a real launch's). Reads the
@@ -259,7 +260,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
                        ([f"undecided: {'; '.join(row['undecided'])}"] if row["undecided"] else [])) \
             or ("ok" if row["target_found"] else "no source")
         out.print(f"  {row['name']:<16} {row['state']:<14} {str(row['value']):<6} "
-                  f"from {row['source']}", highlight=False)
+                  f"{'live' if row['live'] else 'boot':<5} from {row['source']}", highlight=False)
         for name, o in row["options"].items():
             out.print(f"      option {name} = {o['value']!r}  from {o['source']}", highlight=False)
         engine = (f"{row['engine']}, installed {row['engine_version'] or 'none'}" if row["engine"]
@@ -402,7 +403,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         data: dict = {"feature": feature.name, "summary": feature.summary, "target": feature.target,
                       "requires": list(feature.requires), "engine": feature.engine,
                       "fixed_in": feature.fixed_in, "volatile": list(feature.volatile),
-                      "refs": list(feature.refs), "after": list(feature.after),
+                      "refs": list(feature.refs), "after": list(feature.after), "live": feature.live,
                       "source_file": feature.source,
                       "options": [{"name": o.name, "key": feature.option_key(o), "kind": o.kind,
                                    "default": o.default, "minimum": o.minimum, "maximum": o.maximum,
@@ -456,6 +457,8 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
                   highlight=False)
         out.print(f"  requires: {', '.join(f.requires) or '-'}")
         out.print(f"  volatile: {', '.join(f.volatile) or '-'}   declared in {f.source}")
+        out.print("  live-safe: yes (dsv41-flags set NAME=on|off --url switches it while serving)"
+                  if f.live else "  live-safe: no (its flag is read at boot only)")
         for o in data["options"]:
             limits = "".join(f", {n} {o[n]}" for n in ("minimum", "maximum") if o[n] is not None)
             limits += f", one of {', '.join(o['choices'])}" if o["choices"] else ""
