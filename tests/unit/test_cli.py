@@ -463,3 +463,29 @@ def test_validate_reports_a_profile_whose_armed_feature_drifted(cli, launch):
         assert cli("validate", "--only", env=env).exit_code == 0        # [default] boots
     finally:
         sys.path.remove(str(launch.dir))
+
+
+# ------------------------------------------------------------------ live-safe, where a feature comes from
+def test_status_and_explain_say_whether_a_feature_is_live_safe(cli):
+    r = cli("status", "-s", str(REPO_SETTINGS))
+    lines = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.startswith("  ")
+             and not line.startswith("    ")}
+    assert lines["folded_fence"][3] == "live" and lines["autotune_keep"][3] == "boot", r.stdout
+    rows = {f["name"]: f for f in json.loads(cli("status", "--json", "-s", str(REPO_SETTINGS)).stdout)["features"]}
+    assert rows["folded_fence"]["live"] is True and rows["autotune_keep"]["live"] is False
+    for name, live in (("folded_fence", True), ("autotune_keep", False)):
+        data = json.loads(cli("explain", name, "--json", "-s", str(REPO_SETTINGS)).stdout)
+        assert data["live"] is live
+        text = cli("explain", name, "-s", str(REPO_SETTINGS)).stdout
+        assert ("live-safe: yes" if live else "live-safe: no (its flag is read at boot only)") in text
+
+
+def test_an_unknown_key_lists_each_feature_by_its_real_source(cli, launch):
+    launch.settings.write_text("[default]\nfolded_fense = true\n")
+    r = cli("validate", "--json", env={"DSV41_SETTINGS": str(launch.settings),
+                                       "DSV41_FEATURES_DIR": str(launch.feats)})
+    [problem] = [p for p in json.loads(r.stdout)["problems"] if "folded_fense" in p["message"]]
+    message = problem["message"]
+    assert "autotune_keep (shipped)" in message and "folded_fence (shipped)" in message
+    assert f"cap_new_tokens (from {launch.feats})" in message
+    assert "and installed" not in message and "(shipped, from" not in message
