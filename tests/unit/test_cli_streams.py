@@ -100,12 +100,16 @@ def test_output_that_cannot_be_written_is_exit_74_and_one_line_on_stderr(env, tm
         assert "could not be written" not in text
 
 
+@pytest.mark.parametrize("args", [["status", "--json"], ["check", "--json"], ["--help"],
+                                  ["explain", "folded_fence"]])
 @pytest.mark.parametrize("redirect,why", [(">&-", "stdout is closed"),
                                           (">/dev/full", "No space left on device"),
-                                          ("| true", "Broken pipe")])
-def test_the_operators_own_shell_line_sees_the_failure(env, tmp_path, redirect, why):
-    """As an operator types it: ``status --json >&-``, ``status >/dev/full``, ``status | true``."""
-    line = f'"$@" status --json {redirect}; echo "rc=${{PIPESTATUS[0]}}" >&2'
+                                          ("1</dev/null", "Bad file descriptor")])
+def test_the_operators_own_shell_line_sees_the_failure(env, tmp_path, args, redirect, why):
+    """As an operator types it: ``status --json >&-``, ``status >/dev/full``, a stdout opened
+    read-only (EBADF). (A reader that quit: ``epipe`` above, its read end closed before the
+    command starts, so no race with the reader.)"""
+    line = f'"$@" {" ".join(args)} {redirect}; echo "rc=${{PIPESTATUS[0]}}" >&2'
     proc = subprocess.run(["bash", "-c", line, "bash", sys.executable, "-c", MAIN], env=env,
                           cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=120)
