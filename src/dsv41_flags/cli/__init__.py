@@ -1,6 +1,7 @@
 """The ``dsv41-flags`` command line (typer + rich). Human tables by default, ``--json`` for tools.
 
-Exit codes: 0 clean; 1 a problem was found (settings error, drift); 2 bad usage.
+Exit codes: 0 clean; 1 a problem was found (settings error, drift); 2 bad usage; 74
+(``EX_IOERR``) the command's own output could not be written (``cli.output``).
 """
 # No ``from __future__ import annotations`` here: typer reads every command's annotations at
 # each start, and real objects spare it evaluating strings (about 1 ms per command).
@@ -138,7 +139,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     Reads settings.toml (profiles [default], [tp3], ...) and DSV41_* variables, reports which
     features a boot arms, checks the installed engine for drift, and runs commands with the
     framework active in every Python process. Exit codes: 0 clean, 1 a problem was found, 2 bad
-    usage."""
+    usage, 74 the output could not be written (stdout or stderr closed, full or broken)."""
 
 
 SettingsOpt = typer.Option(None, "--settings", "-s", metavar="FILE",
