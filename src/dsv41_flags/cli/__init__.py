@@ -827,5 +827,5 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
 
 
 def main() -> None:
-    """Console-script entry point (the exit statuses: ``_PlainGroup.main``)."""
+    """Console-script entry point (the exit statuses: ``_Group.main``)."""
     app()
