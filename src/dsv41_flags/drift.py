@@ -217,3 +217,86 @@ def missing_on(feature: Feature, module: ModuleType) -> list[str]:
     (``"TargetVerifyExecutor.accept_and_finalize"``, ``"Cls.meth(param)"``, ``"... (undecided:
     why)"``); empty when all are present. An undecided entry counts: never silently ok."""
     return [v.describe() for v in verdicts_on(feature, module) if not v.ok]
+
+
+# ---------------------------------------------------------------------------------------------
+# A feature's drift as status, check, validate and run report it: the verdicts (read from the
+# target's source by the static check, or taken from an import in a separate process) split
+# into what a boot stops on and what only the live check at import can decide.
+
+#: longest wait for the import check of one feature (``verdicts_by_import``), seconds
+IMPORT_TIMEOUT_S = 300
+
+
+def stops_a_boot(verdict: Verdict) -> bool:
+    """Whether ``verdict`` already says what a boot's live check at import would find not ok:
+    ``missing``; an ``undecided`` that the live check refuses too (``Verdict.stops_boot``: a
+    source that cannot be read or parsed, a parameter only ``**kwargs`` would absorb). Any other
+    ``undecided`` is one only the live check can decide: never drift."""
+    return verdict.verdict == MISSING or (verdict.verdict == UNDECIDED and verdict.stops_boot)
+
+
+def split_verdicts(feature: Feature, verdicts, *, by_import: bool = False
+                   ) -> tuple[list[str], list[str]]:
+    """``(missing, undecided)`` of ``feature`` as short texts (``Verdict.describe``), each once:
+    the engine version problem (``version_problem``) first, then every verdict a boot would stop
+    on (``stops_a_boot``; with ``by_import``, verdicts of the imported module, every one not ok),
+    and in ``undecided`` the verdicts only the live check at import can decide."""
+    bad_version = version_problem(feature)
+    missing, undecided = [bad_version] if bad_version else [], []
+    for v in verdicts:
+        if not v.ok:
+            (missing if by_import or stops_a_boot(v) else undecided).append(v.describe())
+    return list(dict.fromkeys(missing)), list(dict.fromkeys(undecided))
+
+
+def verdicts_by_import(feature: Feature, features_dir, timeout_s: float = IMPORT_TIMEOUT_S
+                       ) -> list[Verdict]:
+    """``verdicts_on`` the imported target of ``feature``, the import done in a separate Python
+    process (``report_by_import``: this process imports nothing of the engine), with the
+    feature found again by name in ``features_dir`` (a ``Path``, discovered as at boot). An
+    import that fails, does not finish within ``timeout_s`` seconds, or a process that gives no
+    answer makes every requirement ``missing``, with the reason."""
+    import json
+    import subprocess
+
+    def failed(why: str) -> list[Verdict]:
+        piece = f"module {feature.target} ({why})"
+        return [Verdict(r, MISSING, piece, piece) for r in (feature.requires or (feature.target,))]
+
+    child = ("import sys; from dsv41_flags.drift import report_by_import; "
+             "report_by_import(*sys.argv[1:])")
+    try:
+        proc = subprocess.run([sys.executable, "-c", child, str(features_dir), feature.name],
+                              capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return failed(f"import did not finish within {timeout_s:g} s")
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else \
+            f"exit code {proc.returncode}"
+        return failed(f"the import check process failed: {last}")
+    if isinstance(data, dict):
+        return failed(data.get("error", "no answer"))
+    return [Verdict(**v) for v in data]
+
+
+def report_by_import(features_dir: str, name: str) -> None:
+    """The child side of ``verdicts_by_import``: discover the features of ``features_dir``,
+    import the target of feature ``name`` and print, as one JSON line on stdout, the list of its
+    verdicts (``Verdict.to_dict``), or ``{"error": why}`` when its import raised."""
+    import importlib
+    import json
+    from pathlib import Path
+
+    from dsv41_flags.discovery import discover
+
+    feature = {f.name: f for f in discover(Path(features_dir))}[name]
+    try:
+        module = importlib.import_module(feature.target)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which names the feature
+        print(json.dumps({"error": exception_text(exc)}))
+        return
+    print(json.dumps([v.to_dict() for v in verdicts_on(feature, module)]))

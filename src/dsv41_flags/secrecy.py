@@ -117,3 +117,81 @@ def shown(name: str, value: Any, secrets: Mapping[str, str] | None = None) -> st
 def mask(name: str, value: Any, secrets: Mapping[str, str] | None = None) -> Any:
     """``value``, or ``MASK`` when ``name`` marks a secret (``is_secret``)."""
     return MASK if is_secret(name, secrets) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Secrets inside values: a URL's credentials, a secret key's explanation, a changed secret value.
+
+#: a URL as it appears in text: ``scheme://`` then everything up to a space (a quote or a
+#: bracket may be part of a password: a closing one is then shown inside the masked part)
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
+#: a query or fragment parameter: ``name=value``, separated by ``&`` or ``;``
+_PARAM = re.compile(r"(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
+
+
+def masked_url(url: str, secrets: Mapping[str, str] | None = None) -> str:
+    """``url`` as it may be shown: its credentials (the userinfo ``USER:PASSWORD@``, whole) and
+    the value of every query or fragment parameter whose name marks a secret (``is_secret``:
+    ``api_key``, ``access_token``, ``password``...) as ``MASK``. Read from the text itself, so
+    a URL that does not parse is masked too: ``http://u:pw@host:1/?api_key=S`` ->
+    ``http://***@host:1/?api_key=***``. Anything else is kept as written."""
+    scheme, sep, rest = str(url).partition("://")
+    if not sep:
+        return str(url)
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
+              default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        authority = MASK + authority[authority.rindex("@"):]
+    if "?" in tail or "#" in tail:
+        split = min(i for i in (tail.find("?"), tail.find("#")) if i >= 0)
+        tail = tail[:split] + _PARAM.sub(
+            lambda m: f"{m['name']}={MASK}" if is_secret(m["name"], secrets) else m[0],
+            tail[split:])
+    return f"{scheme}://{authority}{tail}"
+
+
+def masked_text(text: str, secrets: Mapping[str, str] | None = None) -> str:
+    """``text`` with every URL in it masked (``masked_url``); text holding no ``://`` is
+    returned as it is."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: masked_url(m[0], secrets), text)
+
+
+def masked_data(data: Any, secrets: Mapping[str, str] | None = None) -> Any:
+    """``data`` (JSON-like: dicts, lists, tuples, strings, scalars) with every string, keys
+    included, at any depth, passed through ``masked_text``."""
+    if isinstance(data, str):
+        return masked_text(data, secrets)
+    if isinstance(data, dict):
+        return {masked_data(k, secrets): masked_data(v, secrets) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [masked_data(v, secrets) for v in data]
+    return data
+
+
+def masked_explanation(explained: dict) -> dict:
+    """An explanation of a key whose name marks a secret (``explain``: ``value``, ``chain`` of
+    ``[source, raw]``, ``layers`` of dicts with ``raw``) with every value shown as ``MASK``."""
+    return {**explained, "value": MASK,
+            "chain": [[source, MASK] for source, _ in explained["chain"]],
+            "layers": [{**layer, "raw": MASK} for layer in explained["layers"]]}
+
+
+def masked_changes(changes: Sequence[Mapping[str, Any]], secrets: Mapping[str, str],
+                   argv_shown) -> list[dict]:
+    """Fingerprint payload changes (dicts with ``part``, ``key``, ``old``, ``new``, as
+    ``cache_keeping.diff`` gives them) as they may be shown: a changed launch command through
+    ``argv_shown`` (a callable ``list[str] -> list[str]``, ``fingerprint.masked_argv``), a
+    value under a name that marks a secret as ``MASK`` (None stays None: absent)."""
+    out = []
+    for c in changes:
+        if c["part"] == "argv":
+            c = {**c, **{side: argv_shown(c[side]) if isinstance(c[side], list) else c[side]
+                         for side in ("old", "new")}}
+        elif is_secret(c["key"], secrets):
+            c = {**c, "old": MASK if c["old"] is not None else None,
+                 "new": MASK if c["new"] is not None else None}
+        out.append(dict(c))
+    return out

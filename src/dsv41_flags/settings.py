@@ -257,8 +257,9 @@ def resolve(settings: LoadedSettings, profile: str, profiles: tuple[str, ...], f
     strict = bool(reserved["STRICT"])
     known = set(values) | set(RESERVED_KEYS)
     external = set(reserved["EXTERNAL"]) | set(volatile_sources)
-    origin = (f"known features: {', '.join(f.name for f in features) or 'none found'} (shipped, "
-              f"from {features_dir} and installed)") if features_dir else ""
+    origin = ("known features: " + (", ".join(f"{f.name} ({_feature_origin(f, features_dir)})"
+                                              for f in features) or "none found")
+              if features_dir else "")
     problems.extend(_unknown_keys(settings, known, external, environ, strict, origin))
     loaded = [str(p) for f in files for p in (f, local_companion(f)) if p.is_file()]
     return Resolution(profile=profile, profiles=profiles, files=tuple(loaded),
@@ -312,6 +313,16 @@ def _fingerprint_settings(settings: LoadedSettings, problems: list[Problem], str
     out["prefix_sources"] = {p: prefix_sources.get(p, "settings fingerprint.prefixes")
                              for p in out["prefixes"]}
     return out, sources
+
+
+def _feature_origin(feature, features_dir) -> str:
+    """Where ``feature`` was found, as the unknown-key message names it: ``installed (entry point
+    NAME)``, ``from DIR`` (the local features directory ``features_dir``) or ``shipped``."""
+    if feature.entry_point:
+        return f"installed (entry point {feature.entry_point[0]})"
+    if feature.source and Path(feature.source).parent == Path(features_dir):
+        return f"from {features_dir}"
+    return "shipped"
 
 
 def _unknown_keys(settings: LoadedSettings, known: set[str], external: set[str], environ: Mapping[str, str],

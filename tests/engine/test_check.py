@@ -132,3 +132,50 @@ def test_names_of_a_compiled_engine_module_are_decided_live_when_asked(check):
     assert code == 1 and [v["verdict"] for v in data["features"][0]["verdicts"]] == \
         ["ok", "ok", "missing"]
     assert data["features"][0]["missing"] == ["NoSuchBinding"]
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """A package index of this machine for ``pip download``: a find-links directory listing
+    sglang 0.5.20 and 0.5.23 (names only: no release that exists is fetched), no other index,
+    no user pip configuration, the engine cache under tmp_path."""
+    links = tmp_path / "links"
+    links.mkdir()
+    for version in ("0.5.20", "0.5.23"):
+        (links / f"sglang-{version}-py3-none-any.whl").write_bytes(b"")
+    for key in [k for k in __import__("os").environ if k.startswith(("DSV41_", "PIP_"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_CONFIG_FILE", __import__("os").devnull)
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return links
+
+
+def _gate(*specs):
+    from tests.conftest import REPO_SETTINGS
+
+    result = CliRunner().invoke(app, ["check", "--all", "--json", "-s", str(REPO_SETTINGS),
+                                      *[a for s in specs for a in ("--engine", s)]])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_a_version_the_index_does_not_have_is_named_with_the_ones_it_has(index, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    code, data = _gate("sglang==0.5.99")
+    (release,) = data["releases"]
+    assert code == 1 and data["ok"] is False
+    assert release["error"] == ("sglang==0.5.99 does not exist on the package index: no release "
+                                "matches; the index lists 0.5.20, 0.5.23")
+    assert "reachable" not in release["error"]
+
+
+def test_an_index_that_cannot_be_reached_is_said_as_such(index, monkeypatch):
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:1/simple")   # nothing listens there
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index.parent / "empty"))
+    monkeypatch.setenv("PIP_RETRIES", "1")
+    monkeypatch.setenv("PIP_TIMEOUT", "5")
+    code, data = _gate("sglang==0.5.99")
+    (release,) = data["releases"]
+    assert code == 1
+    assert release["error"].startswith("pip download sglang==0.5.99: the package index could not "
+                                       "be reached (Failed to establish a new connection"), release

@@ -134,3 +134,31 @@ def run_code(code: str, env, cwd, timeout=120) -> subprocess.CompletedProcess:
 def run_py(project, code: str, timeout=120, **env) -> subprocess.CompletedProcess:
     """``run_code`` in ``project``'s directory with its environment updated with ``env``."""
     return run_code(code, {**project.env, **env}, project.dir, timeout)
+
+
+#: a feature ``cap_new_tokens`` patching ``Worker.forward`` of TARGET, with options cap and ratio
+DEMO_FEATURE = """
+from dsv41_flags import Feature, Option
+def install(module, ctx):
+    cap = ctx.options["cap"]
+    ctx.patch(module.Worker, "forward", lambda orig: (lambda self: f"patched {cap}"))
+FEATURE = Feature(name="cap_new_tokens", target=TARGET, install=install, summary="demo",
+                  requires=REQUIRES, engine="",
+                  options=(Option("cap", "int", 512, minimum=1, maximum=4096),
+                           Option("ratio", "float", 0.5, minimum=0.0, maximum=1.0)))
+"""
+
+
+def demo_launch(directory: Path) -> types.SimpleNamespace:
+    """``make_project`` of ``DEMO_FEATURE`` (flag off) in ``directory``, plus
+    ``feature(requires=..., target=...)``, which rewrites the feature file."""
+    launch = make_project(directory, "cap_new_tokens",
+                          DEMO_FEATURE.replace("REQUIRES", repr(("Worker.forward",))),
+                          "[default]\ncap_new_tokens = false\n")
+
+    def feature(requires=("Worker.forward",), target=launch.target):
+        (launch.feats / "cap_new_tokens.py").write_text(
+            DEMO_FEATURE.replace("TARGET", repr(target)).replace("REQUIRES", repr(tuple(requires))))
+
+    launch.feature = feature
+    return launch

@@ -22,7 +22,7 @@ def cli(monkeypatch, tmp_path):
     def run(*args, env=None):
         for k, v in (env or {}).items():
             monkeypatch.setenv(k, v)
-        result = runner.invoke(app, list(args), catch_exceptions=False)
+        result = runner.invoke(app, list(args), catch_exceptions=False, prog_name="dsv41-flags")
         for k in env or {}:
             monkeypatch.delenv(k)
         return result
@@ -351,3 +351,141 @@ def test_explain_refuses_a_bad_value(monkeypatch):
     monkeypatch.setenv("DSV41_AUTOTUNE_KEEP_KEEP_OLD", "5.0")
     r = CliRunner().invoke(app, ["explain", "AUTOTUNE_KEEP_KEEP_OLD", "-s", str(REPO_SETTINGS)])
     assert r.exit_code == 1 and "DSV41_AUTOTUNE_KEEP_KEEP_OLD='5.0'" in r.stderr
+
+
+# ------------------------------------------------------------------ help, option values, explain, drift of odd sources, validate
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import uuid  # noqa: E402
+
+from ._child import demo_launch  # noqa: E402
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """A target module, a features dir with one feature ``cap_new_tokens`` (options ``cap``,
+    ``ratio``), settings and a clean env (``_child.demo_launch``)."""
+    return demo_launch(tmp_path)
+
+COMMANDS = ["status", "validate", "explain", "fingerprint", "diff", "check", "run"]
+
+
+@pytest.mark.parametrize("command", [None] + COMMANDS)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_renders_what_the_docstrings_mean(cli, command, flag):
+    r = cli(*([command] if command else []), flag)
+    assert r.exit_code == 0
+    text = r.stdout
+    assert "<" not in text and "``" not in text and "{" not in text   # no <list[Path]>, RST, {KEY}
+    if command == "validate":
+        assert "[tp4]" in " ".join(text.split()) and "[default]" in text
+    if command == "explain":
+        assert "settings file [section]" in " ".join(text.split())
+        assert "Usage: dsv41-flags explain [OPTIONS] KEY" in text
+    if command == "run":
+        assert "Usage: dsv41-flags run [OPTIONS] -- CMD [ARGS]..." in text
+    if command == "fingerprint":
+        assert "Usage: dsv41-flags fingerprint [OPTIONS] [-- CMD [ARGS]...]" in text
+    if command in ("status", "run"):
+        assert "-s, --settings FILE" in text and "-p, --profile NAME" in text
+
+
+def test_version_and_dev_help(cli):
+    r = cli("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("dsv41-flags ")
+    proc = subprocess.run(["bash", str(REPO / "dev"), "--help"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0 and "./dev test" in proc.stdout
+    proc = subprocess.run(["bash", str(REPO / "dev"), "nonsense"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 2 and "./dev test" in proc.stderr
+
+
+def test_option_values_and_sources_in_status(launch, cli):
+    env = {"DSV41_SETTINGS": str(launch.settings), "DSV41_CAP_NEW_TOKENS_CAP": "7"}
+    data = json.loads(cli("status", "--json", env=env).stdout)
+    assert next(f for f in data["features"] if f["name"] == "cap_new_tokens")["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
+    human = cli("status", env=env).stdout
+    assert "option cap = 7  from env DSV41_CAP_NEW_TOKENS_CAP" in human
+    assert "option ratio = 0.5  from declared default" in human
+
+
+def test_explain_shows_the_winner_and_marks_invalid_layers(cli, tmp_path):
+    s = tmp_path / "s.toml"
+    s.write_text("[default]\nfolded_fence = true\n")
+    env = {"DSV41_FOLDED_FENCE": "maybe"}
+    r = cli("explain", "folded_fence", "--json", "-s", str(s), env=env)
+    assert r.exit_code == 1
+    key = json.loads(r.stdout)["keys"]["FOLDED_FENCE"]
+    assert key["value"] is True and key["source"] == f"{s} [default]"
+    assert [(l["valid"], l["wins"]) for l in key["layers"]] == [(True, False), (True, True), (False, False)]
+    r = cli("explain", "folded_fence", "-s", str(s), env=env)
+    assert f"FOLDED_FENCE = True  (from {s} [default]" in r.stdout
+    assert "env DSV41_FOLDED_FENCE: 'maybe'  <- INVALID" in r.stdout
+    assert "= False (from declared default)" not in r.stdout
+    assert "declared default: False" in r.stdout
+
+
+@pytest.mark.parametrize("source,ok", [
+    (b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\nclass Worker:\n    def forward(self):\n        pass\n", True),
+    (b"class Worker:\n    def forward(self)\n        pass\n", False),
+    (b"class Worker:\n    NAME = '\xe9'\n", False),
+])
+def test_unusual_target_sources_are_drift_never_a_traceback(cli, launch, monkeypatch, source, ok):
+    odd = f"odd_target_{uuid.uuid4().hex[:8]}"
+    (launch.dir / f"{odd}.py").write_bytes(source)
+    monkeypatch.syspath_prepend(str(launch.dir))
+    launch.feature(target=odd)
+    launch.settings.write_text("[default]\ncap_new_tokens = true\n")
+    env = {"DSV41_SETTINGS": str(launch.settings)}
+    for args in (["status", "--json"], ["check", "--json"]):
+        r = cli(*args, env=env)
+        assert r.exit_code == (0 if ok else 1), r.output
+        data = json.loads(r.stdout)
+        row = next(f for f in data["features"] if f.get("name", f.get("feature")) == "cap_new_tokens")
+        missing = row["missing"]
+        assert (missing == []) is ok
+        if not ok:
+            assert "Worker.forward (unverifiable: source" in missing[0]
+
+
+def test_validate_reports_a_profile_whose_armed_feature_drifted(cli, launch):
+    launch.feature(requires=("Worker.forward", "Worker.gone"))
+    launch.settings.write_text("[default]\ncap_new_tokens = false\n[tp4]\ncap_new_tokens = true\n")
+    env = {"DSV41_SETTINGS": str(launch.settings)}
+    sys.path.insert(0, str(launch.dir))
+    try:
+        r = cli("validate", "--json", env=env)
+        data = json.loads(r.stdout)
+        assert r.exit_code == 1 and not data["ok"]
+        [p] = data["problems"]
+        assert p["profile"] == "tp4" and "Worker.gone" in p["message"] and p["severity"] == "error"
+        assert cli("validate", "--only", env=env).exit_code == 0        # [default] boots
+    finally:
+        sys.path.remove(str(launch.dir))
+
+
+# ------------------------------------------------------------------ live-safe, where a feature comes from
+def test_status_and_explain_say_whether_a_feature_is_live_safe(cli):
+    r = cli("status", "-s", str(REPO_SETTINGS))
+    lines = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.startswith("  ")
+             and not line.startswith("    ")}
+    assert lines["folded_fence"][3] == "live" and lines["autotune_keep"][3] == "boot", r.stdout
+    rows = {f["name"]: f for f in json.loads(cli("status", "--json", "-s", str(REPO_SETTINGS)).stdout)["features"]}
+    assert rows["folded_fence"]["live"] is True and rows["autotune_keep"]["live"] is False
+    for name, live in (("folded_fence", True), ("autotune_keep", False)):
+        data = json.loads(cli("explain", name, "--json", "-s", str(REPO_SETTINGS)).stdout)
+        assert data["live"] is live
+        text = cli("explain", name, "-s", str(REPO_SETTINGS)).stdout
+        assert ("live-safe: yes" if live else "live-safe: no (its flag is read at boot only)") in text
+
+
+def test_an_unknown_key_lists_each_feature_by_its_real_source(cli, launch):
+    launch.settings.write_text("[default]\nfolded_fense = true\n")
+    r = cli("validate", "--json", env={"DSV41_SETTINGS": str(launch.settings),
+                                       "DSV41_FEATURES_DIR": str(launch.feats)})
+    [problem] = [p for p in json.loads(r.stdout)["problems"] if "folded_fense" in p["message"]]
+    message = problem["message"]
+    assert "autotune_keep (shipped)" in message and "folded_fence (shipped)" in message
+    assert f"cap_new_tokens (from {launch.feats})" in message
+    assert "and installed" not in message and "(shipped, from" not in message

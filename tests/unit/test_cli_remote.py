@@ -408,7 +408,10 @@ def test_a_key_with_a_control_character_is_refused_and_never_shown(server, cli, 
 def test_non_finite_numbers_from_the_server_still_give_json(server, cli):
     server.answer(b'{"ok": true, "ranks": [], "x": NaN, "y": Infinity}')
     r = cli("status", "--url", server.url, "--json")
-    json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    answer = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    # the non-finite numbers are kept as their text, the rest of the answer as sent
+    assert (answer["x"], answer["y"]) == ("NaN", "Infinity") and answer["ranks"] == []
+    assert r.exit_code == 1 and answer["ok"] is False and answer["generations_agree"] is None
 
 
 @pytest.mark.parametrize("answer", [{"ok": True, "ranks": []}, {"ok": True}, {"ok": True, "ranks": [], "server": {"pid": 10}}],

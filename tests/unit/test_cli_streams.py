@@ -1,6 +1,6 @@
 """The CLI with a closed or broken standard stream (``CMD >&-``, ``2>&-``, a reader that quit, a
-full device): no traceback, no hang; ``run`` still starts its command; a command whose stdout
-could not take its output ends with status 1."""
+full device): no traceback, no hang; ``run`` still starts its command; a command whose own output
+could not be written ends with status 74 (EX_IOERR) and says so on stderr when it can."""
 import os
 import subprocess
 import sys
@@ -72,18 +72,57 @@ def test_run_starts_its_command_whatever_state_its_streams_are_in(env, tmp_path,
 
 
 CASES = ([(["status"], *b) for b in BROKEN] + [(["status", "--json"], *b) for b in BROKEN]
+         + [(["check", "--json"], *b) for b in BROKEN]
          + [(args, *b) for args in (["validate"], ["status", "--bogus"], ["status", "--json", "--bogus"])
             for b in (("full", "file"), ("file", "closed"))])
 
 
 @pytest.mark.parametrize("args,stdout,stderr", CASES,
                          ids=[f"{' '.join(a)}-{o}-{e}" for a, o, e in CASES])
-def test_a_command_with_a_closed_or_broken_stream_shows_no_traceback(env, tmp_path, args, stdout, stderr):
+def test_output_that_cannot_be_written_is_exit_74_and_one_line_on_stderr(env, tmp_path, args,
+                                                                          stdout, stderr):
+    """Every failed write of the CLI's own output (stdout closed, full, a reader that quit) is
+    exit 74 (EX_IOERR), said in one line on stderr when stderr can take it; a stream the command
+    never writes to is no failure (``status`` writes nothing on stderr); never a traceback."""
     code, text = cli(env, tmp_path, *args, stdout=stdout, stderr=stderr)
     assert "Traceback" not in text and "Exception ignored" not in text
-    if "--bogus" in args:
-        assert code == 2
-    elif stdout in ("full", "epipe"):
-        assert code == 1, "the output was lost: not a clean exit"
+    writes_stderr = "--bogus" in args and "--json" not in args  # the usage error, as text
+    writes_stdout = "--bogus" not in args or "--json" in args
+    if (stdout != "file" and writes_stdout) or (stderr != "file" and writes_stderr):
+        assert code == 74, "the output was lost: not a clean exit"
+        if stderr == "file":
+            why = {"closed": "stdout is closed", "full": "No space left on device",
+                   "epipe": "Broken pipe"}[stdout]
+            assert text.splitlines()[-1] == \
+                f"error: the output could not be written to stdout ({why}): exit 74"
     else:
-        assert code == 0
+        assert code == (2 if "--bogus" in args else 0), text
+        assert "could not be written" not in text
+
+
+@pytest.mark.parametrize("args", [["status", "--json"], ["check", "--json"], ["--help"],
+                                  ["explain", "folded_fence"]])
+@pytest.mark.parametrize("redirect,why", [(">&-", "stdout is closed"),
+                                          (">/dev/full", "No space left on device"),
+                                          ("1</dev/null", "Bad file descriptor")])
+def test_the_operators_own_shell_line_sees_the_failure(env, tmp_path, args, redirect, why):
+    """As an operator types it: ``status --json >&-``, ``status >/dev/full``, a stdout opened
+    read-only (EBADF). (A reader that quit: ``epipe`` above, its read end closed before the
+    command starts, so no race with the reader.)"""
+    line = f'"$@" {" ".join(args)} {redirect}; echo "rc=${{PIPESTATUS[0]}}" >&2'
+    proc = subprocess.run(["bash", "-c", line, "bash", sys.executable, "-c", MAIN], env=env,
+                          cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stderr.splitlines() == [
+        f"error: the output could not be written to stdout ({why}): exit 74", "rc=74"]
+
+
+def test_stderr_that_cannot_take_a_message_is_exit_74(env, tmp_path):
+    """A command that has something to say on stderr (a settings error) and cannot: exit 74,
+    not the 1 of the error it could not report."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[default]\nfolded_fence = 'maybe'\n")
+    code, _ = cli(env, tmp_path, "status", "-s", str(bad), stdout="file", stderr="full")
+    assert code == 74
+    code, text = cli(env, tmp_path, "status", "-s", str(bad))
+    assert code == 1 and "error:" in text

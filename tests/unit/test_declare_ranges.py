@@ -20,5 +20,18 @@ def test_bad_ranges_are_refused_at_declaration(engine, fixed_in, what):
                                               ("sglang~=0.5.23", "==0.5.30rc1"), ("sglang", ""),
                                               ("", ">=1,<2,!=1.5")])
 def test_good_ranges_are_accepted(engine, fixed_in):
-    Feature(name="x", target="json", install=lambda m, c: None, summary="s", engine=engine,
-            fixed_in=fixed_in)
+    from packaging.specifiers import SpecifierSet
+    from packaging.requirements import Requirement
+
+    f = Feature(name="x", target="json", install=lambda m, c: None, summary="s", engine=engine,
+                fixed_in=fixed_in)
+    assert (f.engine, f.fixed_in) == (engine, fixed_in)
+    if engine:   # parsed as packaging parses it: the distribution and its specifier
+        wanted = Requirement(engine)
+        assert f.engine_requirement.name == wanted.name == "sglang"
+        assert f.engine_requirement.specifier == wanted.specifier
+        assert f.engine_label == engine
+    else:
+        assert f.engine_label == "no engine range"
+    if fixed_in:
+        assert SpecifierSet(f.fixed_in) == SpecifierSet(fixed_in)

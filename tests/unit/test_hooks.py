@@ -146,23 +146,37 @@ def _import_error(name: str) -> str:
     return "imported"
 
 
+#: the start of a program whose target module's import is held half-way by ``demo_gate``: the
+#: body sets ``entered`` and waits for ``release`` (threading events, never a timer)
+GATE = """
+        import sys, threading, types
+        gate = sys.modules["demo_gate"] = types.ModuleType("demo_gate")
+        gate.entered, gate.release = threading.Event(), threading.Event()
+"""
+#: a target module body held by the gate half-way
+HELD = ("import demo_gate\ndemo_gate.entered.set()\ndemo_gate.release.wait(60)\n"
+        "class Worker:\n    def forward(self):\n        return 'stock'\n")
+
+
+def _probe_threads(target: str) -> str:
+    """Program text: join the hooks' probe thread of ``target`` (``ImportWait.thread``, named
+    ``dsv41-flags-wait-<target>``), which installs once the import it waits for completes."""
+    return (f"for w in [w for w in threading.enumerate() if w.name == 'dsv41-flags-wait-{target}']:\n"
+            f"            w.join(60)")
+
+
 def test_target_still_importing_in_another_thread_installs_when_the_import_completes(project):
     (project.dir / f"{project.target}.py").write_text(
-        "class Worker:\n    def forward(self):\n        return 'stock'\n"
-        "import time\ntime.sleep(3)\n"
-        "class Worker:\n    def forward(self):\n        return 'stock'\n")
-    proc = run_py(project, f"""
-        import sys, threading, time, dsv41_flags
+        "class Worker:\n    def forward(self):\n        return 'stock'\n" + HELD)
+    proc = run_py(project, GATE + f"""
+        import dsv41_flags
         t = threading.Thread(target=__import__, args=({project.target!r},)); t.start()
-        while {project.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
-            time.sleep(0.01)
+        gate.entered.wait(60)                        # its import has begun, and is held
         rt = dsv41_flags.activate()
         print(next(s for s in rt.states() if s.name == "demo_patch").state)
-        t.join()
-        for _ in range(500):
-            if next(s for s in rt.states() if s.name == "demo_patch").state != "pending":
-                break
-            time.sleep(0.01)
+        gate.release.set()
+        t.join(60)
+        {_probe_threads(project.target)}
         import {project.target} as m
         print(next(s for s in rt.states() if s.name == "demo_patch").state, m.Worker().forward())
     """)
@@ -198,16 +212,15 @@ def test_strict_drift_at_a_later_import_stops_with_exit_3_and_an_event(project):
 def test_strict_drift_found_when_another_threads_import_completes_stops_with_exit_3(project):
     (project.feats / "demo_patch.py").write_text(FEATURE.replace("TARGET", repr(project.target)).replace(
         '"Worker.forward"', '"Worker.gone"'))
-    (project.dir / f"{project.target}.py").write_text(
-        "import time\ntime.sleep(3)\nclass Worker:\n    def forward(self):\n        return 'stock'\n")
-    proc = run_py(project, f"""
-        import sys, threading, time, dsv41_flags
+    (project.dir / f"{project.target}.py").write_text(HELD)
+    proc = run_py(project, GATE + f"""
+        import dsv41_flags
         t = threading.Thread(target=__import__, args=({project.target!r},)); t.start()
-        while {project.target!r} not in sys.modules:  # its import has begun (it sleeps 3 s)
-            time.sleep(0.01)
+        gate.entered.wait(60)                        # its import has begun, and is held
         dsv41_flags.activate()
-        t.join()
-        time.sleep(5)
+        gate.release.set()
+        t.join(60)
+        {_probe_threads(project.target)}             # the probe finds the drift: exit 3 there
         print("RAN ON")
     """)
     assert proc.returncode == 3, (proc.stdout, proc.stderr)

@@ -176,3 +176,118 @@ def test_run_missing_command_exits_127():
                    timeout=60)
     assert proc.returncode == 127 and "command not found: no_such_cmd_xyz" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ run: the user's own sitecustomize, drift first, spawned children
+from ._child import demo_launch  # noqa: E402
+from dsv41_flags.launcher import BOOTSTRAP_DIR, python_path  # noqa: E402
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """A target module, a features dir with one feature ``cap_new_tokens`` (options ``cap``,
+    ``ratio``), settings and a clean env (``_child.demo_launch``)."""
+    return demo_launch(tmp_path)
+
+
+def test_user_sitecustomize_path_edits_and_identity_are_kept(launch):
+    usersite, extra = launch.dir / "usersite", launch.dir / "extra"
+    usersite.mkdir()
+    extra.mkdir()
+    (extra / "thatmodule.py").write_text("VALUE = 'found'\n")
+    (usersite / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.append({str(extra)!r})\nMARK = 'user'\n")
+    env = {**launch.env, "PYTHONPATH": f"{usersite}{os.pathsep}{launch.dir}"}
+    code = ("import sys, sitecustomize, thatmodule, dsv41_flags\n"
+            "print(thatmodule.VALUE, sitecustomize.MARK, sitecustomize.__file__,"
+            " dsv41_flags.current_runtime() is not None)\n"
+            "print(repr(sys.path))\n")
+    plain = run_cmd([sys.executable, "-c", code], env, launch.dir)
+    under = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
+    assert under.returncode == 0, under.stderr
+    first = under.stdout.splitlines()[0].split()
+    assert first == ["found", "user", str(usersite / "sitecustomize.py"), "True"]
+    # sys.path is exactly what plain Python has (the bootstrap directory is taken off)
+    assert under.stdout.splitlines()[1] == plain.stdout.splitlines()[1]
+
+
+def test_package_form_sitecustomize(launch):
+    pkg = launch.dir / "usersite" / "sitecustomize"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import helper\nMARK = helper.X\n")
+    (pkg / "helper.py").write_text("X = 'pkg'\n")
+    env = {**launch.env, "PYTHONPATH": f"{launch.dir / 'usersite'}{os.pathsep}{launch.dir}"}
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "import sitecustomize; print(sitecustomize.MARK)"],
+               env, launch.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "pkg"
+
+
+def test_empty_pythonpath_entry_is_kept(launch):
+    (launch.dir / "localmod.py").write_text("X = 'local'\n")
+    assert python_path(":/opt/x") == f"{BOOTSTRAP_DIR}::/opt/x"
+    assert python_path(None) == python_path("") == str(BOOTSTRAP_DIR)
+    assert python_path(f"{BOOTSTRAP_DIR}:/a") == f"{BOOTSTRAP_DIR}:/a"     # a nested run
+    env = {**launch.env, "PYTHONPATH": f"{os.pathsep}{launch.dir}{os.pathsep}/opt/x"}
+    code = "import sys, localmod; print(localmod.X); print(repr(sys.path))"
+    plain = run_cmd([sys.executable, "-c", code], env, launch.dir)
+    under = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
+    assert under.returncode == 0, under.stderr
+    assert under.stdout == plain.stdout
+
+
+@pytest.mark.parametrize("raise_", ["raise ImportError('no module named nope')",
+                                    "raise RuntimeError('user site broke')"])
+def test_errors_in_user_sitecustomize_are_reported_and_activation_goes_on(launch, raise_):
+    usersite = launch.dir / "usersite"
+    usersite.mkdir()
+    (usersite / "sitecustomize.py").write_text(f"import os\nos.environ['RAN'] = '1'\n{raise_}\n")
+    launch.settings.write_text("[default]\ncap_new_tokens = true\n")
+    env = {**launch.env, "PYTHONPATH": f"{usersite}{os.pathsep}{launch.dir}"}
+    code = (f"import os, dsv41_flags, {launch.target} as t\n"
+            "print(os.environ.get('RAN'), dsv41_flags.current_runtime() is not None, t.Worker().forward())")
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", code], env, launch.dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "True", "patched", "512"]
+    kind, message = raise_[len("raise "):].split("(", 1)
+    assert "Error in sitecustomize; set PYTHONVERBOSE for traceback:" in proc.stderr
+    assert f"{kind}: {message.strip(chr(39) + ')')}" in proc.stderr
+    [note] = [e for e in events(proc.stderr) if e["event"] == "sitecustomize.failed"]
+    assert note["path"] == str(usersite / "sitecustomize.py") and kind in note["error"]
+
+
+def test_run_refuses_a_launch_strict_mode_would_stop(launch):
+    launch.feature(requires=("Worker.forward", "Worker.gone"))
+    launch.settings.write_text("[default]\ncap_new_tokens = true\n")
+    status = run_cmd([CLI, "status"], launch.env, launch.dir)
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], launch.env, launch.dir)
+    assert proc.returncode == 1 and "STARTED" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert status.returncode == 1
+    message = "error: an armed feature drifted (strict mode): a boot would stop"
+    assert message in status.stderr and message in proc.stderr
+    assert "Worker.gone" in proc.stderr
+    # not strict: the launch starts (and the child reports the drift itself)
+    launch.settings.write_text("[default]\ncap_new_tokens = true\nstrict = false\n")
+    proc = run_cmd([CLI, "run", "--", sys.executable, "-c", "print('STARTED')"], launch.env, launch.dir)
+    assert proc.returncode == 0 and "STARTED" in proc.stdout
+
+
+def test_spawned_child_first_event_names_its_process(launch):
+    launch.settings.write_text("[default]\ncap_new_tokens = true\n")
+    (launch.dir / "prog.py").write_text(textwrap.dedent("""
+        import multiprocessing as mp, os
+        def child():
+            print("CHILD", os.getpid(), flush=True)
+        if __name__ == "__main__":
+            p = mp.get_context("spawn").Process(target=child, name="worker-7")
+            p.start(); p.join(60)
+    """))
+    proc = run_cmd([CLI, "run", "--", sys.executable, str(launch.dir / "prog.py")], launch.env, launch.dir)
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout.split()[1])
+    mine = [e for e in events(proc.stderr) if e.get("pid") == pid]
+    assert mine, proc.stdout + proc.stderr
+    first = mine[0]
+    assert first["event"] == "flags.resolved" and first["process"] == "worker-7"
+    assert "Error in sitecustomize" not in proc.stderr

@@ -325,3 +325,83 @@ def test_the_setting_that_lists_secret_names_is_shown_as_set(tmp_path, env):
     assert r.returncode == 0 and "license-blob" in r.stdout, r.stdout + r.stderr
     assert not is_secret("SECRET_NAMES") and not is_secret("DSV41_SECRET_NAMES")
     assert is_secret("MY_SECRET_NAME") and is_secret("DB_SECRET")
+
+
+# ------------------------------------------------- secrets inside values: URLs (credentials)
+from hypothesis import given, settings as hsettings, strategies as st  # noqa: E402
+
+from dsv41_flags.secrecy import masked_text, masked_url  # noqa: E402
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("http://user:pw@127.0.0.1:1", f"http://{MASK}@127.0.0.1:1"),
+    ("https://TOKEN@host/path?x=1", f"https://{MASK}@host/path?x=1"),
+    ("http://a@b@host:1/", f"http://{MASK}@host:1/"),
+    ("http://host:1/?api_key=S&tp=2", f"http://host:1/?api_key={MASK}&tp=2"),
+    ("http://host/p?access_token=S;password=P#id_token=T",
+     f"http://host/p?access_token={MASK};password={MASK}#id_token={MASK}"),
+    ("http://host:abc@", f"http://{MASK}@"),                    # no valid URL: masked all the same
+    ("http://host:1/?token=kv&max_total_tokens=4", "http://host:1/?token=kv&max_total_tokens=4"),
+    ("http://host/a@b", "http://host/a@b"),                     # an @ in the path is no userinfo
+    ("host:1", "host:1"),
+])
+def test_a_urls_credentials_and_secret_parameters_are_masked(url, shown):
+    assert masked_url(url, secret_names(facts=sglang_facts())) == shown
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(user=st.text(st.characters(blacklist_characters="/?#@", blacklist_categories=("Cs",)),
+                    max_size=12),
+       password=st.text(st.characters(blacklist_characters="/?#@", blacklist_categories=("Cs",)),
+                        min_size=6, max_size=20),
+       value=st.text("abcdefXYZ0123456789-_.~%", min_size=6, max_size=20))
+def test_no_credential_survives_masking_whatever_it_holds(user, password, value):
+    url = f"http://{user}:{password}@h:1/p?password={value}"
+    shown = masked_url(url)
+    assert password not in shown.replace("h:1/p?password=", "") and value not in shown
+    assert masked_text(f"cannot reach {url} now") == f"cannot reach {shown} now" or \
+        any(c.isspace() for c in url)
+
+
+@pytest.mark.parametrize("args", [
+    ["set", "folded_fence=on", "--url", "http://user:S3CRET-PW@127.0.0.1:1"],
+    ["set", "folded_fence=on", "--json", "--url", "http://user:S3CRET-PW@127.0.0.1:1"],
+    ["status", "--url", "http://user:S3CRET-PW@127.0.0.1:1/"],
+    ["status", "--url", "http://127.0.0.1:1/?api_key=S3CRET-PW"],
+    ["status", "--json", "--url", "http://127.0.0.1:1/?x=1&password=S3CRET-PW"],
+])
+def test_credentials_in_url_are_never_printed_and_named_as_credentials(env, tmp_path, args):
+    r = cli(env, *args, cwd=tmp_path)
+    assert r.returncode == 2 and "S3CRET-PW" not in r.stdout + r.stderr, r.stdout + r.stderr
+    said = json.loads(r.stdout)["error"] if "--json" in args else r.stderr
+    assert MASK in said and "Traceback" not in r.stderr
+    if "@" in args[-1]:
+        assert "credentials" in said and "names no host" not in said
+
+
+def test_the_http_client_never_names_a_urls_credentials():
+    from dsv41_flags.engines.http_client import call_json
+    from dsv41_flags.live import SwitchError
+
+    with pytest.raises(SwitchError) as info:
+        call_json("http://user:S3CRET-PW@127.0.0.1:1/dsv41_flags/status?api_key=S3CRET-Q",
+                  api_key="S3CRET-K", timeout_s=5)
+    message = str(info.value)
+    assert "S3CRET" not in message and f"http://{MASK}@127.0.0.1:1/" in message, message
+
+
+def test_a_url_with_credentials_in_a_settings_value_is_masked_in_every_output(tmp_path, env):
+    """A value that is no secret by its name (an ordinary str option) holding a URL with
+    credentials: ``status``, ``explain``, ``--json`` and ``fingerprint --explain`` show the URL
+    with ``***`` for the credentials."""
+    fdir = remote_cache_feature(tmp_path, "a cache at a URL", "Option('endpoint', 'str', default=''),")
+    (tmp_path / "settings.toml").write_text(
+        '[default]\nremote_cache = true\n'
+        'remote_cache_endpoint = "https://cacheuser:S3CRET-PW@cache.internal:8443/?sig=1"\n')
+    env = {**env, "DSV41_SETTINGS": str(tmp_path / "settings.toml"), "DSV41_FEATURES_DIR": str(fdir)}
+    for args in (["status"], ["status", "--json"], ["explain", "remote_cache"],
+                 ["explain", "remote_cache_endpoint", "--json"]):
+        r = cli(env, *args, cwd=tmp_path)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+        assert "S3CRET-PW" not in r.stdout + r.stderr, args
+        assert f"https://{MASK}@cache.internal:8443/?sig=1" in r.stdout, (args, r.stdout)

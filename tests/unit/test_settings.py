@@ -493,3 +493,87 @@ def test_an_empty_settings_selection_fails_the_cli_and_activate(tmp_path):
     proc = run_cmd([sys.executable, "-c", code], env, tmp_path)
     assert proc.returncode == 0
     assert "caught environment variable DSV41_SETTINGS=':' names no settings file" in proc.stdout, proc
+
+
+# ------------------------------------------------------------------ one meaning per text, keys in two cases, reserved words
+from dsv41_flags.assembly import resolve_launch  # noqa: E402
+from ._child import demo_launch  # noqa: E402
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """A target module, a features dir with one feature ``cap_new_tokens`` (options ``cap``,
+    ``ratio``), settings and a clean env (``_child.demo_launch``)."""
+    return demo_launch(tmp_path)
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from dsv41_flags.cli import app
+
+    for key in [k for k in os.environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return lambda *args: CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def resolution(launch, text, env=None):
+    launch.settings.write_text(text)
+    return resolve_launch([launch.settings], None, dict(env or {}), launch.dir / "features")[1]
+
+
+@pytest.mark.parametrize("text,ok", [("0x10", False), ("0o20", False), ("0b1", False), ("1_6", False),
+                                     ("16", True), ("+16", True), ('"16"', False)])
+def test_int_text_means_the_same_in_a_file_and_a_variable(launch, text, ok):
+    in_file = resolution(launch, f"[default]\ncap_new_tokens_cap = {text}\n")
+    assert (not in_file.errors) is ok
+    if not text.startswith('"'):   # the same text in a variable
+        in_var = resolution(launch, "[default]\n", {"DSV41_CAP_NEW_TOKENS_CAP": text})
+        assert (not in_var.errors) is ok
+        if ok:
+            assert in_file.values["CAP_NEW_TOKENS_CAP"].value == in_var.values["CAP_NEW_TOKENS_CAP"].value == 16
+    if not ok:
+        msg = in_file.errors[0].message
+        assert "cap_new_tokens_cap" in msg and "strictly typed" in msg
+
+
+@pytest.mark.parametrize("line", ['cap_new_tokens = "true"', "cap_new_tokens = 1",
+                                  'cap_new_tokens_ratio = "0.5"', "cap_new_tokens_ratio = 1_0.5"])
+def test_files_are_strictly_typed(launch, line):
+    res = resolution(launch, f"[default]\n{line}\n")
+    assert res.errors and "strictly typed" in res.errors[0].message
+
+
+def test_keys_spelled_in_two_cases_are_an_error(cli, tmp_path):
+    s = tmp_path / "settings.toml"
+    s.write_text("[default]\nfolded_fence = true\nFOLDED_FENCE = false\n")
+    with pytest.raises(SettingsError) as exc:
+        find_settings_files([s])
+    assert "'folded_fence' and 'FOLDED_FENCE'" in str(exc.value)
+    r = cli("validate", "-s", str(s))
+    assert r.exit_code == 1 and "'folded_fence' and 'FOLDED_FENCE'" in r.output
+    s.write_text("[tp4]\nx = 1\n[TP4]\ny = 2\n")
+    with pytest.raises(SettingsError, match="'tp4' and 'TP4'"):
+        find_settings_files([s])
+
+
+def test_reserved_words_any_case(make_runtime):
+    rt = make_runtime('[default]\nrank_guard = "WARN"\n', env={"DSV41_LOG_LEVEL": "DEBUG",
+                                                               "DSV41_LOG_FORMAT": " Json "})
+    assert not rt.resolution.errors
+    assert rt.resolution.reserved["LOG_LEVEL"] == "debug" and rt.resolution.reserved["RANK_GUARD"] == "warn"
+    assert rt.resolution.reserved["LOG_FORMAT"] == "json"
+
+
+def test_bom_and_directory_named(tmp_path):
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf[default]\nfolded_fence = true\n")
+    with pytest.raises(SettingsError, match="byte order mark"):
+        find_settings_files([bom])
+    d = tmp_path / "conf.toml"
+    d.mkdir()
+    for path in (d, tmp_path):
+        with pytest.raises(SettingsError, match="is a directory"):
+            find_settings_files([path])

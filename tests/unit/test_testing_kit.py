@@ -106,3 +106,71 @@ def test_the_kit_teardown_restores_everything_it_can_and_names_what_it_could_not
     finally:
         activation.set_process_state(saved)
         sys.modules.pop(target, None)
+
+
+# ------------------------------------------------------------------ the kit restores every original; option values in the boot report
+import os  # noqa: E402
+
+import structlog  # noqa: E402
+
+import dsv41_flags  # noqa: E402
+from ._child import demo_launch  # noqa: E402
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """A target module, a features dir with one feature ``cap_new_tokens`` (options ``cap``,
+    ``ratio``), settings and a clean env (``_child.demo_launch``)."""
+    return demo_launch(tmp_path)
+
+
+def test_option_values_and_sources_in_the_boot_report(launch, dsv41_flags_runtime):
+    kit = dsv41_flags_runtime
+    kit.activate({"cap_new_tokens": True}, {"cap_new_tokens": {"cap": 7}}, features_dir=launch.dir / "features")
+    resolved = kit.events("flags.resolved")[0]["features"]["cap_new_tokens"]
+    assert resolved["options"]["cap"] == {"value": 7, "source": "env DSV41_CAP_NEW_TOKENS_CAP"}
+    assert resolved["options"]["ratio"] == {"value": 0.5, "source": "declared default"}
+
+
+def test_kit_restores_every_original(launch, tmp_path, monkeypatch):
+    monkeypatch.setenv("DSV41_UNRELATED", "kept")
+    monkeypatch.syspath_prepend(str(launch.dir))
+    environ, config = dict(os.environ), structlog.get_config()
+    configured, before = structlog.is_configured(), dsv41_flags.current_runtime()
+    kit = FlagsKit(tmp_path)
+    rt = kit.activate({"cap_new_tokens": True}, {"cap_new_tokens": {"cap": 9}},
+                      features_dir=launch.dir / "features")
+    assert "DSV41_UNRELATED" not in os.environ and dsv41_flags.current_runtime() is rt
+    assert kit.state("cap_new_tokens") == "armed" and kit.events("flags.resolved")
+    kit.restore()
+    assert dict(os.environ) == environ and structlog.get_config() == config
+    assert structlog.is_configured() is configured and dsv41_flags.current_runtime() is before
+    # the hook of a target never imported during the test is disarmed
+    mod = __import__(launch.target)
+    try:
+        assert mod.Worker().forward() == "stock"
+    finally:
+        sys.modules.pop(launch.target, None)
+
+
+def test_kit_pytest_plugin_is_registered():
+    from importlib.metadata import entry_points
+
+    assert "dsv41_flags.testing" in [e.value for e in entry_points(group="pytest11")]
+
+
+def test_kit_restores_after_a_failed_activation(launch, tmp_path, monkeypatch):
+    from dsv41_flags import DriftError
+
+    monkeypatch.syspath_prepend(str(launch.dir))
+    launch.feature(requires=("Worker.gone",))
+    mod = __import__(launch.target)          # imported: the hook fires at once, strict -> raises
+    try:
+        kit = FlagsKit(tmp_path)
+        with pytest.raises(DriftError, match="Worker.gone"):
+            kit.activate({"cap_new_tokens": True}, features_dir=launch.dir / "features")
+        assert kit.events("feature.drifted")
+        kit.restore()
+        assert dsv41_flags.current_runtime() is None and mod.Worker().forward() == "stock"
+    finally:
+        sys.modules.pop(launch.target, None)

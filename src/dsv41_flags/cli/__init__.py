@@ -1,28 +1,28 @@
 """The ``dsv41-flags`` command line (typer + rich). Human tables by default, ``--json`` for tools.
 
-Exit codes: 0 clean; 1 a problem was found (settings error, drift); 2 bad usage.
+Exit codes: 0 clean; 1 a problem was found (settings error, drift); 2 bad usage; 74
+(``EX_IOERR``) the command's own output could not be written (``cli.output``).
 """
 # No ``from __future__ import annotations`` here: typer reads every command's annotations at
 # each start, and real objects spare it evaluating strings (about 1 ms per command).
 
-import json
+import errno
 import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import List, Optional
 
 import typer
-from typer.core import TyperArgument, TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from dsv41_flags.cli.output import (STREAM_ERRNOS, console, err, finish_streams, mend_streams, out,
-                                    safe)
-from dsv41_flags.drift import engine_version, fixed_upstream, version_problem
+from dsv41_flags.cli.output import (EX_IOERR, STREAM_ERRNOS, console, emit_json, err,
+                                    finish_streams, mend_streams, out, report_lost, safe)
+from dsv41_flags.drift import fixed_upstream, split_verdicts, verdicts_by_import
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.text import quoted
 from dsv41_flags.names import RESERVED, suggest
 from dsv41_flags.fingerprint import compute, masked_argv, prefix_sources
-from dsv41_flags.secrecy import MASK, is_secret, secret_names
+from dsv41_flags.secrecy import MASK, is_secret, masked_changes, masked_explanation, secret_names
 from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.assembly import resolve_launch
 from dsv41_flags.runtime import Runtime
@@ -31,32 +31,20 @@ from dsv41_flags.state import blocks_boot
 from dsv41_flags.status import preview
 
 
-class _PlainGroup(TyperGroup):
-    """Help as plain text: an argument is shown by its metavar alone (typer would add its Python
-    type, ``<str>``), so every help line reads as the docstrings mean it. Parameters are coerced
-    by typer itself."""
-
-    def get_command(self, ctx, cmd_name):
-        """The command, its arguments without type labels in help (click's public
-        ``display_type_rich`` and ``get_usage_pieces`` of each argument)."""
-        cmd = super().get_command(ctx, cmd_name)
-        for param in getattr(cmd, "params", ()):
-            if isinstance(param, TyperArgument):
-                plain = param.metavar or param.name.upper()
-                param.display_type_rich = lambda ctx=None: None
-                # usage: KEY for a required argument, [KEY] for an optional one (typer: {KEY})
-                param.get_usage_pieces = (lambda ctx=None, plain=plain, p=param:
-                                          [plain if p.required else f"[{plain}]"])
-        return cmd
+class _Group(TyperGroup):
+    """The ``dsv41-flags`` group: typer's, with every way out of a command made an exit status
+    (``main``)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        """click's ``main`` (public; typer's copy of click), every way out of a command made an exit status: a usage
-        error (unknown option, missing argument, a value ``--timeout`` refuses) is exit 2, shown
-        as a JSON object when ``--json`` is among the options (``_usage_error``'s shape: key,
-        origin "command line", message), else as click shows it; a ``DeclarationError`` and an
-        abort are exit 1; a closed or broken stdout/stderr (``cli.output``) never shows a
-        traceback, and a command whose stdout could not take its output ends with status 1.
-        ``standalone_mode``: exit through ``sys.exit`` (True) or return the status."""
+        """click's ``main`` (the documented entry of a command), every way out of a command made
+        an exit status: a usage error (unknown option, missing argument, a value ``--timeout``
+        refuses) is exit 2, shown as a JSON object when ``--json`` is among the options
+        (``_usage_error``'s shape: key, origin "command line", message), else as click shows it;
+        a ``DeclarationError`` and an abort are exit 1. Output that could not be written (stdout
+        or stderr closed, full, a reader that quit: ``cli.output``) makes the status
+        ``EX_IOERR`` (74), said in one line on stderr when stderr can take it; never a
+        traceback. ``standalone_mode``: exit through ``sys.exit`` (True) or return the
+        status."""
         mend_streams()
         argv = list(sys.argv[1:] if args is None else args)
         options = argv[:argv.index("--")] if "--" in argv else argv
@@ -64,45 +52,72 @@ class _PlainGroup(TyperGroup):
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
         except typer.TyperException as exc:  # click's errors, as typer exports them
-            code = exc.exit_code
+            code = getattr(exc, "exit_code", 1)
             if code == 2 and "--json" in options:  # a usage error
                 param = getattr(exc, "param", None)
                 key = (param.opts[0] if getattr(param, "opts", None) else
                        getattr(param, "name", None) or getattr(exc, "option_name", None) or "")
-                _write_json({"ok": False, "problems": [{"key": key, "origin": "command line",
-                                                        "severity": "error",
-                                                        "message": exc.format_message()}]})
+                emit_json({"ok": False, "problems": [{"key": key, "origin": "command line",
+                                                      "severity": "error",
+                                                      "message": exc.format_message()}]})
             else:
-                _quiet(getattr(exc, "show", None) or (lambda: err.print(f"Error: {exc.format_message()}")))
+                try:
+                    exc.show()  # click's own rendering, on stderr
+                except OSError as lost:
+                    err.lost(lost)
+                except ValueError:  # a closed file object
+                    err.lost(OSError(errno.EBADF, "stderr is closed"))
         except typer.Abort:
             code = 1
             err.print("Aborted!")
         except DeclarationError as exc:
             code = 1
             err.print(f"error: {exc}")
-        except OSError as exc:
+        except OSError as exc:  # click's own help or message on stdout
             if exc.errno not in STREAM_ERRNOS:
                 raise
-            code = 1
-        if finish_streams() and code == 0:
-            code = 1
+            out.lost(exc)
+            code = EX_IOERR
+        lost = finish_streams()
+        if lost:
+            code = EX_IOERR
+            report_lost(lost)
         if standalone_mode:
             sys.exit(code)
         return code
 
 
-def _quiet(show) -> None:
-    """Run click's ``show`` of an error; a stream that cannot take it is left alone."""
-    try:
-        show()
-    except (OSError, ValueError):
-        pass
+class _Command(TyperCommand):
+    """A command whose help shows each argument by its metavar alone: ``KEY`` in the usage line
+    and the Arguments section (typer adds ``{KEY}`` and the Python type, ``<str>``), so every
+    help line reads as the docstrings mean it. Overrides click's documented
+    ``collect_usage_pieces`` and ``format_options``; parameters are coerced by typer itself."""
+
+    def collect_usage_pieces(self, ctx):  # noqa: D102 - click's
+        return [self.options_metavar] + [
+            _shown_metavar(p) if p.required else f"[{_shown_metavar(p)}]"
+            for p in self.get_params(ctx) if p.param_type_name == "argument"]
+
+    def format_options(self, ctx, formatter):  # noqa: D102 - click's
+        rows: dict[str, list] = {"argument": [], "option": []}
+        for p in self.get_params(ctx):
+            record = p.get_help_record(ctx)
+            if record is not None and p.param_type_name in rows:
+                rows[p.param_type_name].append(
+                    (_shown_metavar(p), record[1]) if p.param_type_name == "argument" else record)
+        for title, kind in (("Arguments", "argument"), ("Options", "option")):
+            if rows[kind]:
+                with formatter.section(title):
+                    formatter.write_dl(rows[kind])
+
+
+def _shown_metavar(param) -> str:
+    return param.metavar or param.name.upper()
 
 
 # rich_markup_mode=None: no markup is interpreted ([tp4] stays [tp4]); click re-wraps paragraphs
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_PlainGroup,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, cls=_Group,
                   context_settings={"help_option_names": ["-h", "--help"]})
-
 
 
 def _version(value: bool) -> None:
@@ -125,7 +140,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     Reads settings.toml (profiles [default], [tp3], ...) and DSV41_* variables, reports which
     features a boot arms, checks the installed engine for drift, and runs commands with the
     framework active in every Python process. Exit codes: 0 clean, 1 a problem was found, 2 bad
-    usage."""
+    usage, 74 the output could not be written (stdout or stderr closed, full or broken)."""
 
 
 SettingsOpt = typer.Option(None, "--settings", "-s", metavar="FILE",
@@ -137,36 +152,12 @@ JsonOpt = typer.Option(False, "--json", help="Print JSON on stdout.")
 IMPORT_TIMEOUT_S = 300
 
 
-def _emit_json(data: Any) -> None:
-    try:
-        text = json.dumps(_jsonable(data), indent=2, default=str, allow_nan=False)
-    except ValueError:  # NaN or Infinity from outside data: not JSON, so written as text
-        text = json.dumps(json.loads(json.dumps(_jsonable(data), default=str),
-                                     parse_constant=str), indent=2)
-    _write_json_text(text)
-
-
-def _write_json(data: Any) -> None:
-    _write_json_text(json.dumps(data, indent=2))
-
-
-def _write_json_text(text: str) -> None:
-    """``text`` and a newline on stdout; a closed or broken stdout makes it a no-op (the exit
-    status says so: ``finish_streams``)."""
-    try:
-        sys.stdout.write(text + "\n")
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, OSError) and exc.errno not in STREAM_ERRNOS:
-            raise
-        out.on_broken_pipe()
-
-
 def _fail(exc: FlagsError, as_json: bool) -> None:
     problems = ([{"key": p.key, "origin": p.origin, "severity": p.severity, "message": p.message}
                  for p in exc.problems] if isinstance(exc, SettingsError)
                 else [{"key": "", "origin": "", "severity": "error", "message": str(exc)}])
     if as_json:
-        _emit_json({"ok": False, "problems": problems})
+        emit_json({"ok": False, "problems": problems})
     else:
         for p in problems:
             err.print(f"error: {p['message']}", style="red")
@@ -176,7 +167,7 @@ def _fail(exc: FlagsError, as_json: bool) -> None:
 def _usage_error(key: str, message: str, as_json: bool) -> None:
     """Refuse the command line (exit 2), as a JSON answer under --json."""
     if as_json:
-        _emit_json({"ok": False, "problems": [{"key": key, "origin": "command line",
+        emit_json({"ok": False, "problems": [{"key": key, "origin": "command line",
                                                "severity": "error", "message": message}]})
     else:
         err.print(f"error: {message}", style="red", highlight=False)
@@ -228,9 +219,10 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
            profile: Optional[str] = ProfileOpt, as_json: bool = JsonOpt,
            url: Optional[str] = UrlOpt, api_key: Optional[str] = ApiKeyOpt,
            timeout: float = TimeoutOpt) -> None:
-    """Profile, settings files loaded, each feature (flag value and source, every option's value
-    and source, state, target, version range, whether its target and required names exist in the
-    installed engine), fingerprint.
+    """Profile, settings files loaded, each feature (flag value and source, live-safe or not:
+    live = switchable while serving, boot = read at boot only; every option's value and source,
+    state, target, version range, whether its target and required names exist in the installed
+    engine), fingerprint.
 
     The fingerprint is that of the launch command CMD ARGS given after -- (an empty one when none
     is given: it says so, and dsv41-flags fingerprint -- CMD gives a real launch's). Reads the
@@ -244,7 +236,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     if url:
         from dsv41_flags.cli.remote import remote_status
 
-        remote_status(url, as_json, _emit_json, api_key=api_key, timeout_s=timeout)
+        remote_status(url, as_json, emit_json, api_key=api_key, timeout_s=timeout)
         return
     features, resolution, fdir = _load(settings, profile, as_json)
     launch = list(ctx.args)
@@ -260,7 +252,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
             "warnings": [p.message for p in resolution.warnings], "notes": list(resolution.notes)}
     blockers = _boot_blockers(rows, resolution)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         raise typer.Exit(1 if blockers else 0)
     out.print(f"profile {data['profile']}  fingerprint {fp.digest[:16]}… {fp_for}", highlight=False)
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
@@ -270,7 +262,7 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
                        ([f"undecided: {'; '.join(row['undecided'])}"] if row["undecided"] else [])) \
             or ("ok" if row["target_found"] else "no source")
         out.print(f"  {row['name']:<16} {row['state']:<14} {str(row['value']):<6} "
-                  f"from {row['source']}", highlight=False)
+                  f"{'live' if row['live'] else 'boot':<5} from {row['source']}", highlight=False)
         for name, o in row["options"].items():
             out.print(f"      option {name} = {o['value']!r}  from {o['source']}", highlight=False)
         engine = (f"{row['engine']}, installed {row['engine_version'] or 'none'}" if row["engine"]
@@ -317,7 +309,7 @@ def _print_blockers(blockers: list[dict]) -> None:
     err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
 
 
-@app.command("set", short_help="Switch a live feature on every rank of a running server, in lockstep.")
+@app.command("set", cls=_Command, short_help="Switch a live feature on every rank of a running server, in lockstep.")
 def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
                                          help="a live feature and on/off, e.g. folded_fence=on"),
          url: str = typer.Option(..., "--url", metavar="URL", help="the engine server, http://HOST:PORT"),
@@ -331,7 +323,7 @@ def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
     source of truth at boot. Exit 0 applied; 1 refused or unreachable; 2 not NAME=VALUE."""
     from dsv41_flags.cli.remote import remote_set
 
-    remote_set(assignment, url, by, as_json, _emit_json, api_key=api_key, timeout_s=timeout)
+    remote_set(assignment, url, by, as_json, emit_json, api_key=api_key, timeout_s=timeout)
 
 
 @app.command(short_help="Would each profile boot? Every problem at once.")
@@ -366,7 +358,7 @@ def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str
     ok = not any(p["severity"] == "error" for p in problems)
     checked = [resolution.profile] + others
     if as_json:
-        _emit_json({"ok": ok, "profile": resolution.profile, "profiles_checked": checked,
+        emit_json({"ok": ok, "profile": resolution.profile, "profiles_checked": checked,
                     "settings_files": list(resolution.files), "problems": problems})
     else:
         for p in problems:
@@ -392,7 +384,7 @@ def _drift_problems(features, resolution, fdir) -> list:
             if r["state"] == "drifted"]
 
 
-@app.command(short_help="Where a key's value comes from; the feature's declaration.")
+@app.command(cls=_Command, short_help="Where a key's value comes from; the feature's declaration.")
 def explain(key: str = typer.Argument(..., metavar="KEY",
                                       help="A feature name, a flag or option key, a reserved name "
                                            "(strict, rank_guard, ...) or a DSV41_ variable."),
@@ -413,7 +405,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         data: dict = {"feature": feature.name, "summary": feature.summary, "target": feature.target,
                       "requires": list(feature.requires), "engine": feature.engine,
                       "fixed_in": feature.fixed_in, "volatile": list(feature.volatile),
-                      "refs": list(feature.refs), "after": list(feature.after),
+                      "refs": list(feature.refs), "after": list(feature.after), "live": feature.live,
                       "source_file": feature.source,
                       "options": [{"name": o.name, "key": feature.option_key(o), "kind": o.kind,
                                    "default": o.default, "minimum": o.minimum, "maximum": o.maximum,
@@ -432,7 +424,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         mine = [p for p in resolution.problems if p.key == wanted or p.key.startswith(wanted + ".")]
         bad = [p for p in mine if p.severity == "error"]
         if as_json:
-            _emit_json({"reserved": wanted, "what": what, "value": value,
+            emit_json({"reserved": wanted, "what": what, "value": value,
                         "problems": [p.message for p in mine]})
         else:
             out.print(f"{wanted}: {what} = {value!r} (reserved name, never a flag; see docs/settings.md)",
@@ -450,7 +442,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
         return
     # one path for every key kind: the chain, each layer valid or INVALID, the winner marked
     secrets = secret_names(resolution)
-    data["keys"] = {k: _masked(_explained(*chains[k])) if is_secret(k, secrets)
+    data["keys"] = {k: masked_explanation(_explained(*chains[k])) if is_secret(k, secrets)
                     else _explained(*chains[k]) for k in shown}
     for o in data.get("options", ()):
         if is_secret(o["key"], secrets):
@@ -458,7 +450,7 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
     bad = [p for p in resolution.problems if p.key in shown and p.severity == "error"]
     data["problems"] = [p.message for p in resolution.problems if p.key in shown]
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         raise typer.Exit(1 if bad else 0)
     if feature is not None:
         f = feature
@@ -467,6 +459,8 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
                   highlight=False)
         out.print(f"  requires: {', '.join(f.requires) or '-'}")
         out.print(f"  volatile: {', '.join(f.volatile) or '-'}   declared in {f.source}")
+        out.print("  live-safe: yes (dsv41-flags set NAME=on|off --url switches it while serving)"
+                  if f.live else "  live-safe: no (its flag is read at boot only)")
         for o in data["options"]:
             limits = "".join(f", {n} {o[n]}" for n in ("minimum", "maximum") if o[n] is not None)
             limits += f", one of {', '.join(o['choices'])}" if o["choices"] else ""
@@ -488,27 +482,6 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
             out.print(f"    {i + 1}. {layer['source']}: {layer['raw']!r}{mark}", highlight=False)
     if bad:
         raise typer.Exit(1)
-
-
-def _masked_changes(changes: list[dict], secrets) -> list[dict]:
-    """``cache_keeping.diff`` changes as they may be shown: secret values (of an older sidecar,
-    say) as ``MASK``, in argv (``masked_argv``) and under a secret name."""
-    out = []
-    for c in changes:
-        if c["part"] == "argv":
-            c = {**c, **{side: masked_argv(c[side], secrets) if isinstance(c[side], list) else c[side]
-                         for side in ("old", "new")}}
-        elif is_secret(c["key"], secrets):
-            c = {**c, "old": MASK if c["old"] is not None else None,
-                 "new": MASK if c["new"] is not None else None}
-        out.append(c)
-    return out
-
-
-def _masked(explained: dict) -> dict:
-    """``_explained`` of a key whose name marks a secret: every value shown as ``MASK``."""
-    return {**explained, "value": MASK, "chain": [[source, MASK] for source, _ in explained["chain"]],
-            "layers": [{**layer, "raw": MASK} for layer in explained["layers"]]}
 
 
 def _kind_of(option) -> tuple:
@@ -575,7 +548,9 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         if side.payload is None:
             data["diff"] = {"sidecar": str(diff), "same": False, "reason": side.error}
         else:
-            changes = _masked_changes(payload_diff(side.payload, fp.payload), secret_names(resolution))
+            secrets = secret_names(resolution)
+            changes = masked_changes(payload_diff(side.payload, fp.payload), secrets,
+                                     lambda argv: masked_argv(argv, secrets))
             data["diff"] = {"sidecar": str(diff), "same": side.digest == fp.digest, "changes": changes}
     if write:  # after --diff: comparing with the file being replaced must see the old one
         try:
@@ -585,7 +560,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
                              f"{exc.strerror or exc}"), as_json)
         data["written"] = str(write)
     if as_json:
-        _emit_json(data)
+        emit_json(data)
     elif "diff" in data and "reason" in data["diff"]:
         # the sidecar could not be read: the error alone (no fingerprint printed before it)
         err.print(f"error: cannot compare: {data['diff']['reason']}", style="red", highlight=False)
@@ -622,7 +597,7 @@ def fingerprint(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt
         raise typer.Exit(1 if "changes" in data["diff"] else 2)
 
 
-@app.command("diff", short_help="What differs between two profiles, fingerprint included.")
+@app.command("diff", cls=_Command, short_help="What differs between two profiles, fingerprint included.")
 def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help="A profile."),
                   profile_b: str = typer.Argument(..., metavar="PROFILE_B", help="Another profile."),
                   settings: Optional[List[Path]] = SettingsOpt, as_json: bool = JsonOpt) -> None:
@@ -644,7 +619,7 @@ def diff_profiles(profile_a: str = typer.Argument(..., metavar="PROFILE_A", help
             "fingerprint_b": fpb.digest, "fingerprints_differ": fpa.digest != fpb.digest,
             "payload_changes": payload_diff(fpa.payload, fpb.payload)}
     if as_json:
-        _emit_json(data)
+        emit_json(data)
         return
     for c in changes:
         out.print(f"  {c['key']}: {c['a']!r} ({profile_a}) vs {c['b']!r} ({profile_b})")
@@ -696,7 +671,7 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
                              "never imported)"), as_json)
         if not chosen:  # nothing to check: say so before fetching or reading any release
             if as_json:
-                _emit_json({"ok": True, "mode": "releases", "releases": [], "features": []})
+                emit_json({"ok": True, "mode": "releases", "releases": [], "features": []})
             else:
                 out.print("no feature checked (none armed; use --all)")
             raise typer.Exit(0)
@@ -705,15 +680,15 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
     results = []
     for f in chosen:
         verdicts, source = _verdicts_of(f, fdir, live=live, live_extensions=live_extensions)
-        missing, undecided = _split_verdicts(f, verdicts, live=live)
+        missing, undecided = split_verdicts(f, verdicts, by_import=live)
         results.append({"feature": f.name, "target": f.target, "source": source, "missing": missing,
-                        "undecided": undecided, "verdicts": verdicts,
+                        "undecided": undecided, "verdicts": [v.to_dict() for v in verdicts],
                         "fixed_upstream": fixed_upstream(f) or "", "drifted": bool(missing),
                         "ok": not (missing or undecided)})
     ok = all(r["ok"] for r in results)
     drifted = any(r["drifted"] for r in results)
     if as_json:
-        _emit_json({"ok": ok, "drifted": drifted, "mode": "import" if live else "static",
+        emit_json({"ok": ok, "drifted": drifted, "mode": "import" if live else "static",
                     "features": results})
     else:
         for r in results:
@@ -744,7 +719,7 @@ def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
     rows = matrix(chosen, releases)
     ok = not any(c["state"] in FAILING for r in rows for c in r["cells"])
     if as_json:
-        _emit_json({"ok": ok, "mode": "releases",
+        emit_json({"ok": ok, "mode": "releases",
                     "releases": [{"spec": r.spec, "label": r.label, "name": r.name,
                                   "version": r.version, "where": r.where, "error": r.error}
                                  for r in releases],
@@ -763,74 +738,33 @@ def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
             Text.assemble(safe(c["state"], styles.get(c["state"], "red")), "\n", safe(c["detail"]))
             for c in row["cells"]])
     wide = out.is_terminal or os.environ.get("COLUMNS")
-    console(width=None if wide else 60 + 40 * len(releases), soft_wrap=False).print(table)
+    shown = console(width=None if wide else 60 + 40 * len(releases), soft_wrap=False)
+    shown.print(table)
+    if shown.failure is not None:
+        out.lost(shown.failure)
     if not rows:
         out.print("no feature checked (none armed; use --all)")
     raise typer.Exit(0 if ok else 1)
 
 
-def _split_verdicts(feature, verdicts: list[dict], *, live: bool = False
-                    ) -> tuple[list[str], list[str]]:
-    """``(missing, undecided)`` as short texts: the engine version problem (if any) then every
-    requirement a boot would stop on (``static_check.stops_a_boot``; with ``live``, every one not
-    decided ok, as the boot's own check), and the requirements only the live check can decide."""
-    from dsv41_flags.drift import Verdict
-
-    bad_version = version_problem(feature)
-    missing, undecided = [bad_version] if bad_version else [], []
-    bad = [v for v in verdicts if v["verdict"] != "ok"]
-    if bad and not live:
-        from dsv41_flags.upgrade_gate.static_check import stops_a_boot
-    for v in bad:
-        (missing if live or stops_a_boot(v) else undecided).append(Verdict(**v).describe())
-    return list(dict.fromkeys(missing)), list(dict.fromkeys(undecided))
-
-
 def _drift_of(feature, fdir, *, live: bool = False) -> tuple[list[str], list[str], str | None]:
-    """``(missing, undecided, source)`` (see ``_split_verdicts``), from the target's source
-    (``source`` = its file, None when not found) or, with ``live``, from importing it in a
-    subprocess (``source`` None)."""
+    """``(missing, undecided, source)`` (``drift.split_verdicts``) of ``feature``, from the
+    target's source (``source`` = its file, None when not found) or, with ``live``, from importing
+    it in a separate process (``source`` None)."""
     verdicts, source = _verdicts_of(feature, fdir, live=live)
-    return (*_split_verdicts(feature, verdicts, live=live), source)
+    return (*split_verdicts(feature, verdicts, by_import=live), source)
 
 
-def _verdicts_of(feature, fdir, *, live: bool = False, live_extensions: bool = False
-                 ) -> tuple[list[dict], str | None]:
-    """One verdict dict per requirement (see ``Verdict.to_dict``) and the target's source file.
-    ``live_extensions``: compiled modules are looked at live (``Checker``)."""
+def _verdicts_of(feature, fdir, *, live: bool = False, live_extensions: bool = False) -> tuple:
+    """``(verdicts, source)``: one ``drift.Verdict`` per requirement and the target's source file:
+    by import in a separate process (``live``: ``drift.verdicts_by_import``), else from the
+    source (``static_check``; ``live_extensions``: compiled modules looked at live)."""
     if live:
-        return _live_verdicts(feature, fdir), None
+        return verdicts_by_import(feature, fdir), None
     from dsv41_flags.upgrade_gate.static_check import Checker, check_feature
 
     result = check_feature(feature, Checker(live_extensions=live_extensions))
-    return [v.to_dict() for v in result.verdicts], result.source
-
-
-def _live_verdicts(feature, fdir) -> list[dict]:
-    def failed(why: str) -> list[dict]:
-        return [{"requirement": r, "verdict": "missing", "why": why, "piece": why, "closest": ""} for r in (feature.requires or (feature.target,))]
-
-    code = ("import importlib, json, sys\n"
-            "from pathlib import Path\n"
-            "from dsv41_flags.discovery import discover\n"
-            "from dsv41_flags.drift import verdicts_on\n"
-            f"f = {{x.name: x for x in discover(Path({str(fdir)!r}))}}[{feature.name!r}]\n"
-            "try:\n    m = importlib.import_module(f.target)\n"
-            "except Exception as e:\n    print(json.dumps({'error': f'{type(e).__name__}: {e}'})); sys.exit()\n"
-            "print(json.dumps([v.to_dict() for v in verdicts_on(f, m)]))\n")
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=IMPORT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return failed(f"module {feature.target} (import did not finish within {IMPORT_TIMEOUT_S} s)")
-    try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit code {proc.returncode}"
-        return failed(f"module {feature.target} (the import check process failed: {last})")
-    if isinstance(data, dict):
-        return failed(f"module {feature.target} ({data['error']})")
-    return data
+    return list(result.verdicts), result.source
 
 
 @app.command(short_help="Run a command with dsv41_flags active in every Python process.",
@@ -894,5 +828,5 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
 
 
 def main() -> None:
-    """Console-script entry point (the exit statuses: ``_PlainGroup.main``)."""
+    """Console-script entry point (the exit statuses: ``_Group.main``)."""
     app()

@@ -1,4 +1,5 @@
-"""The one way the CLI writes for a human: every line goes through ``SafeConsole``.
+"""The one way the CLI writes: every human line goes through ``SafeConsole``, every ``--json``
+answer through ``emit_json``, and a write that fails is an error of the command.
 
 Text shown by the CLI mixes its own words with outside data: a server's answer, a settings
 value, a file name, a feature name read from a file, an engine spec, ``requested_by``. Whatever
@@ -16,14 +17,21 @@ that data holds, the terminal shows it as written and nothing else:
 JSON output (``--json``) is written with ``json.dumps(ensure_ascii=True)``, which escapes the
 same characters on its own.
 
-A standard stream may be closed or broken (``CMD >&-``, ``2>&-``, a reader that quit, a full
-device): ``mend_streams`` gives a closed one (``sys.stdout is None``) a stream writing nowhere, a
-console whose write fails stops writing (``SafeConsole.broken``), and ``finish_streams`` flushes
-what is left, so no command shows a traceback for its own output.
+**Output that cannot be written.** A standard stream may be closed (``CMD >&-``, ``2>&-``),
+broken (a reader that quit: EPIPE), full (ENOSPC, EDQUOT, a device like ``/dev/full``) or not
+writable (EBADF, EIO). ``mend_streams`` gives a closed one a ``ClosedStream``, whose every write
+fails with EBADF; the first failed write or flush of stdout or stderr is kept on its console
+(``SafeConsole.failure``), the console stops writing, and the command goes on without a
+traceback. ``finish_streams`` flushes what is left and returns the failures; the command then
+ends with ``EX_IOERR`` (74), whatever status it had, and says so in one line on stderr when
+stderr itself can still take it (``report_lost``). A tool reading ``--json`` never sees an empty
+success.
 """
 from __future__ import annotations
 
 import errno
+import io
+import json
 import os
 import sys
 from typing import Any
@@ -31,72 +39,131 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from dsv41_flags.resolution import _jsonable
+from dsv41_flags.secrecy import masked_data, masked_text
 from dsv41_flags.text import UNSAFE_CATEGORIES, safe_text  # noqa: F401 (the CLI's names for them)
 
-def safe(value: Any, style: str = "") -> Text:
-    """``safe_text(value)`` as a rich ``Text`` in ``style``: never read as markup."""
-    return Text(safe_text(value), style=style)
-
-
+#: exit status of a command whose own output (stdout or stderr) could not be written
+#: (``EX_IOERR`` of sysexits.h)
+EX_IOERR = 74
 #: errno of a write to a stream that cannot take it: its reader quit, a full device or quota,
-#: an I/O error, a closed descriptor
-STREAM_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EBADF})
+#: a file too large, an I/O error, a closed or read-only descriptor
+STREAM_ERRNOS = frozenset({errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO,
+                           errno.EBADF})
+
+
+def safe(value: Any, style: str = "") -> Text:
+    """``safe_text(value)`` as a rich ``Text`` in ``style``: never read as markup, and every URL
+    in it masked (``secrecy.masked_text``: credentials and secret parameters as ``***``)."""
+    return Text(masked_text(safe_text(value)), style=style)
+
+
+class ClosedStream(io.TextIOBase):
+    """``sys.stdout`` / ``sys.stderr`` of a process started with descriptor 1 or 2 closed: every
+    write raises ``OSError(EBADF)``. It holds ``os.devnull`` open (not inherited) so that no file
+    the process opens takes descriptor 1 or 2; a command started by ``dsv41-flags run`` still
+    finds its stream closed."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self._hold = open(os.devnull, "w", encoding="utf-8")
+
+    def writable(self) -> bool:  # noqa: D102 - io's
+        return True
+
+    def write(self, text: str) -> int:  # noqa: D102 - always fails: see the class
+        raise OSError(errno.EBADF, f"{self.name} is closed")
+
+    def fileno(self) -> int:  # noqa: D102 - the descriptor held (os.devnull)
+        return self._hold.fileno()
 
 
 class SafeConsole(Console):
     """A rich ``Console`` whose ``print`` shows every string argument through ``safe`` (escaped,
     never markup, never highlighted); renderables (a ``Table`` of ``safe`` cells) pass as they
-    are. Keyword arguments are rich's (``style=``, ``highlight=``...).
+    are. Keyword arguments are rich's (``style=``, ``highlight=``, ``width=``...).
 
-    A write that fails on the stream (``STREAM_ERRNOS``: closed reader, full device...) makes the
-    console ``broken``: it writes nothing more and raises nothing (the command goes on; the CLI
-    ends with status 1 when its stdout broke)."""
+    ``failure``: the first write to the stream that failed (an ``OSError``; a write to a closed
+    file is EBADF), else None. After it the console writes nothing more and raises nothing: the
+    command goes on, and ends with ``EX_IOERR`` (``finish_streams``)."""
 
-    broken = False
+    failure: OSError | None = None
 
     def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: D102 - see the class
-        if self.broken:
-            return
+        if self.failure is None:
+            self._guarded(super().print, *(safe(o) if isinstance(o, str) else o for o in objects),
+                          **kwargs)
+
+    def write_text(self, text: str) -> None:
+        """``text`` written to the stream as it is (no rendering) and flushed: ``--json``."""
+        if self.failure is None:
+            self._guarded(lambda: (self.file.write(text), self.file.flush()))
+
+    def _guarded(self, write, *args: Any, **kwargs: Any) -> None:
         try:
-            super().print(*(safe(o) if isinstance(o, str) else o for o in objects), **kwargs)
-        except (OSError, ValueError) as exc:  # ValueError: a write to a closed file
-            if isinstance(exc, OSError) and exc.errno not in STREAM_ERRNOS:
-                raise
-            self.on_broken_pipe()
+            write(*args, **kwargs)
+        except ValueError:  # a write to a closed file object
+            self.lost(OSError(errno.EBADF, "the stream is closed"))
+        except OSError as exc:
+            self.lost(exc)
 
     def on_broken_pipe(self) -> None:
-        """rich's hook for a broken pipe: stop writing (rich's default exits the process)."""
-        self.broken = True
+        """rich's hook for a broken pipe (EPIPE): kept as the failure (rich's default exits the
+        process)."""
+        self.lost(BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)))
+
+    def lost(self, exc: OSError) -> None:
+        """Keep ``exc`` as the failure (the first one wins) and stop writing."""
+        if self.failure is None:
+            self.failure = exc
         self.quiet = True
 
 
 def mend_streams() -> None:
-    """Give a standard stream that is closed (``sys.stdout`` / ``sys.stderr`` is None: the process
-    started with descriptor 1 or 2 closed) a text stream writing to ``os.devnull``. The new
-    descriptor is not inherited (a command started by ``dsv41-flags run`` still finds its stream
-    closed), and it keeps descriptor 1 or 2 from being taken by a file the process opens."""
+    """Start a command's output: no failure kept from an earlier command of this process, and a
+    ``ClosedStream`` for a standard stream that is closed (``sys.stdout`` / ``sys.stderr`` is
+    None: the process started with descriptor 1 or 2 closed)."""
+    for shown in (out, err):
+        shown.failure = None
+        shown.quiet = False
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
+            setattr(sys, name, ClosedStream(name))
 
 
-def finish_streams() -> bool:
-    """Flush ``sys.stdout`` and ``sys.stderr``. A stream whose flush fails (``STREAM_ERRNOS``, or
-    closed) has ``os.devnull`` put under its descriptor, so that the interpreter's own flush at
-    exit reports nothing. Returns True when stdout could not take everything written to it (its
-    flush or a write of the ``out`` console failed)."""
-    broken = out.broken
-    for stream in (sys.stdout, sys.stderr):
+def finish_streams() -> dict[str, OSError]:
+    """Flush ``sys.stdout`` and ``sys.stderr``; returns, per stream name (``"stdout"``,
+    ``"stderr"``), the failure of the first write or flush that could not be done. A stream that
+    failed has ``os.devnull`` put under its descriptor, so that the interpreter's own flush at
+    exit reports nothing more."""
+    failures: dict[str, OSError] = {}
+    for name, stream, shown in (("stdout", sys.stdout, out), ("stderr", sys.stderr, err)):
         try:
             stream.flush()
-        except (OSError, ValueError, AttributeError) as exc:
-            if isinstance(exc, OSError) and exc.errno not in STREAM_ERRNOS:
-                raise
-            broken = broken or stream is sys.stdout
+        except ValueError:  # a closed file object
+            shown.lost(OSError(errno.EBADF, "the stream is closed"))
+        except OSError as exc:
+            shown.lost(exc)
+        if shown.failure is not None:
+            failures[name] = shown.failure
             _discard(stream)
-    if out.broken:
-        _discard(sys.stdout)
-    return broken
+    return failures
+
+
+def report_lost(failures: dict[str, OSError]) -> None:
+    """One line on stderr per failed stream, when stderr can still take it: ``error: the output
+    could not be written to stdout (No space left on device): exit 74``."""
+    if "stderr" in failures:
+        return
+    for name, exc in failures.items():
+        why = exc.strerror or (os.strerror(exc.errno) if exc.errno else str(exc))
+        err.print(f"error: the output could not be written to {name} ({why}): exit {EX_IOERR}",
+                  style="red")
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _discard(stream: Any) -> None:
@@ -104,8 +171,18 @@ def _discard(stream: Any) -> None:
         fd = os.open(os.devnull, os.O_WRONLY)
         os.dup2(fd, stream.fileno())
         os.close(fd)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         pass
+
+
+def emit_json(data: Any) -> None:
+    """``data`` as indented JSON and a newline on stdout (``ensure_ascii``: no control character
+    reaches the terminal); a tuple is a list, an object JSON cannot hold its ``str``, a NaN or an
+    Infinity from outside data the text ``"NaN"`` / ``"Infinity"``; every URL in a string masked
+    (``secrecy.masked_data``)."""
+    plain = json.loads(json.dumps(_jsonable(data), default=str), parse_constant=str)
+    text = json.dumps(masked_data(plain), indent=2, allow_nan=False)
+    out.write_text(text + "\n")
 
 
 def console(*, stderr: bool = False, **kwargs: Any) -> SafeConsole:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from dsv41_flags.secrecy import MASK
+from dsv41_flags.secrecy import MASK, masked_url
 from dsv41_flags.text import quoted
 from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.engine import adapter
@@ -216,7 +216,10 @@ def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], N
             why = "it does not start with http:// or https://"
         elif not url.isprintable() or any(c.isspace() for c in url):
             why = "it contains a space or a control character"
-        elif not parts.hostname or "@" in parts.netloc:
+        elif "@" in parts.netloc:
+            why = ("it holds credentials (USER:PASSWORD@, shown as ***): give the server's key "
+                   f"with --api-key or {API_KEY_VAR} instead")
+        elif not parts.hostname:
             why = "it names no host (HOST or HOST:PORT)"
         elif parts.query or parts.fragment:
             why = "it has a query or a fragment (the server's address only)"
@@ -229,7 +232,8 @@ def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], N
     if why:
         plain = "://" not in url and url.replace(".", "").replace(":", "").isalnum()
         hint = f"; write --url http://{url}" if plain else "; write --url http://HOST:PORT"
-        message = f"--url {quoted(url)} is not an http:// URL of the engine server: {why}{hint}"
+        message = (f"--url {quoted(masked_url(url))} is not an http:// URL of the engine server: "
+                   f"{why}{hint}")
         if as_json and emit_json is not None:
             emit_json({"ok": False, "error": message})
         else:

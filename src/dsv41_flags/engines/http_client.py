@@ -5,7 +5,8 @@ call ends: one overall deadline covers connect, send and read (the exchange runs
 thread joined with that deadline, so a server that trickles bytes or never ends its body cannot
 hold the caller); the body is read in chunks and refused beyond ``MAX_ANSWER_BYTES`` (memory
 stays bounded); the answer must be JSON. An API key is sent as sglang expects it
-(``Authorization: Bearer <key>``, ``sglang/srt/utils/auth.py``) and appears in no message.
+(``Authorization: Bearer <key>``, ``sglang/srt/utils/auth.py``) and appears in no message, nor
+does a secret of the URL (its credentials, a secret query parameter: ``secrecy.masked_url``).
 
 Standard library only.
 """
@@ -16,6 +17,7 @@ import threading
 from typing import Any, Mapping
 
 from dsv41_flags.live import SwitchError
+from dsv41_flags.secrecy import MASK, masked_text, masked_url
 
 #: largest answer body read (a status of many ranks is a few hundred KiB)
 MAX_ANSWER_BYTES = 8 << 20
@@ -30,6 +32,12 @@ class Refused(SwitchError):
         self.status = status
 
 
+def _shown(text: Any, api_key: str | None) -> str:
+    """``text`` as a message may hold it: ``api_key`` and every URL's secrets as ``MASK``."""
+    text = str(text)
+    return masked_text(text.replace(api_key, MASK) if api_key else text)
+
+
 def _read_capped(resp, url: str, max_bytes: int) -> bytes:
     chunks, size = [], 0
     while True:
@@ -38,7 +46,7 @@ def _read_capped(resp, url: str, max_bytes: int) -> bytes:
             return b"".join(chunks)
         size += len(chunk)
         if size > max_bytes:
-            raise SwitchError(f"{url}: the answer is larger than {max_bytes} bytes: not read further "
+            raise SwitchError(f"{masked_url(url)}: the answer is larger than {max_bytes} bytes: not read further "
                               f"(is this the engine server?)")
         chunks.append(chunk)
 
@@ -73,14 +81,12 @@ def _exchange(url: str, method: str, body: Any, api_key: str | None, timeout_s: 
     except SwitchError:
         raise
     except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: a bad header value
-        reason = getattr(exc, "reason", None) or exc
-        if api_key:
-            reason = str(reason).replace(api_key, "***")
-        raise SwitchError(f"cannot reach {url}: {reason} (is the engine server running there?)") \
-            from None
+        reason = _shown(getattr(exc, "reason", None) or exc, api_key)
+        raise SwitchError(f"cannot reach {masked_url(url)}: {reason} (is the engine server running "
+                          f"there?)") from None
     except Exception as exc:  # noqa: BLE001 - http.client's own (a bad status line, too many headers)
-        why = str(exc).replace(api_key, "***") if api_key else str(exc)
-        raise SwitchError(f"{url}: not an HTTP answer ({type(exc).__name__}: {why})") from None
+        raise SwitchError(f"{masked_url(url)}: not an HTTP answer ({type(exc).__name__}: "
+                          f"{_shown(exc, api_key)})") from None
 
 
 def call_json(url: str, *, method: str = "GET", body: Any = None, api_key: str | None = None,
@@ -106,17 +112,20 @@ def call_json(url: str, *, method: str = "GET", body: Any = None, api_key: str |
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        raise SwitchError(f"{url}: no complete answer within {timeout_s:g} s (connect and read)")
+        raise SwitchError(f"{masked_url(url)}: no complete answer within {timeout_s:g} s (connect "
+                          f"and read)")
     if "error" in box:
         raise box["error"]
     status, raw = box["answer"]
     if status in (401, 403):
-        raise Refused(f"{url}: the server refused the call (HTTP {status})", status)
+        raise Refused(f"{masked_url(url)}: the server refused the call (HTTP {status})", status)
     if errors and status in errors:
         raise SwitchError(errors[status])
     try:
         return status, json.loads(raw.decode("utf-8"))
     except RecursionError:
-        raise SwitchError(f"{url}: HTTP {status}, a JSON answer nested too deeply") from None
+        raise SwitchError(f"{masked_url(url)}: HTTP {status}, a JSON answer nested too deeply") \
+            from None
     except ValueError:  # bad UTF-8 or not JSON (an integer too long included)
-        raise SwitchError(f"{url}: HTTP {status}, not a JSON answer: {raw[:120]!r}") from None
+        raise SwitchError(f"{masked_url(url)}: HTTP {status}, not a JSON answer: "
+                          f"{_shown(repr(raw[:120]), api_key)}") from None

@@ -415,6 +415,28 @@ def _cached(req: Requirement, cache: Path) -> Path | None:
     return None
 
 
+def _download_failure(req: Requirement, code: int, stderr: str) -> str:
+    """Why ``pip download req`` (exit status ``code``, its ``stderr``) gave no wheel: a version
+    the index does not have (with the versions pip saw listed: its ``(from versions: ...)``), the
+    index not reached (pip's connection retries), or pip's last error line."""
+    listed = re.findall(r"\(from versions: ([^)]*)\)", stderr)
+    versions = [v.strip() for v in (listed[-1].split(",") if listed else []) if v.strip() != "none"]
+    unreached = re.search(r"Failed to establish a new connection: [^')]*|Temporary failure in name "
+                          r"resolution|Read timed out|Could not fetch URL[^\n]*", stderr)
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+    why = lines[-1].strip() if lines else f"exit code {code}, no wheel"
+    if versions:
+        more = f" and {len(versions) - 12} older" if len(versions) > 12 else ""
+        return (f"{req} does not exist on the package index: no release matches; the index lists "
+                f"{', '.join(versions[-12:])}{more}")
+    if unreached:
+        return f"pip download {req}: the package index could not be reached ({unreached[0]})"
+    if listed:
+        return (f"{req}: the package index lists no release of {req.name} (pip: from versions: "
+                f"none): no such project there, or an index that answered nothing")
+    return f"pip download {req} failed: {why}"
+
+
 def _fetch(spec: str, req: Requirement, cache: Path) -> Release:
     found = _cached(req, cache)
     if found is not None:
@@ -434,10 +456,7 @@ def _fetch(spec: str, req: Requirement, cache: Path) -> Release:
             return Release(spec, error=f"pip download {req} did not finish within {PIP_TIMEOUT_S} s")
         wheels = sorted(tmp.glob("*.whl"))
         if proc.returncode != 0 or not wheels:
-            lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
-            why = lines[-1].strip() if lines else f"exit code {proc.returncode}, no wheel"
-            return Release(spec, error=f"pip download {req} failed (is the package registry "
-                                       f"reachable?): {why}")
+            return Release(spec, error=_download_failure(req, proc.returncode, proc.stderr))
         final = cache / wheels[0].name
         os.replace(wheels[0], final)
         return _open_wheel(spec, final)

@@ -1465,16 +1465,6 @@ class StaticResult:
 #: the end of ``drift.param_verdict``'s reason for a parameter only ``**kwargs`` would absorb
 
 
-def stops_a_boot(verdict: dict | Verdict) -> bool:
-    """Whether a static verdict (a ``Verdict`` or its ``to_dict``) already says what a boot's
-    live check at import would find not ok: ``missing``; a source that cannot be read or parsed
-    (``unverifiable: ...``: its import fails); a parameter only ``**kwargs`` would absorb (the
-    live check has the same rule, and its ``undecided`` stops a strict boot). Any other
-    ``undecided`` verdict is one only the live check can decide: it never counts as drift."""
-    v = verdict if isinstance(verdict, dict) else verdict.to_dict()
-    return v["verdict"] == MISSING or (v["verdict"] == UNDECIDED and bool(v.get("stops_boot")))
-
-
 def check_feature(feature: Feature, checker: Checker | None = None) -> StaticResult:
     """Check every ``requires`` entry of ``feature`` against the target's source (no import);
     ``checker`` defaults to one over the installed environment."""
