@@ -73,3 +73,9 @@ class SwitchError(FlagsError):
 class NotLiveError(SwitchError):
     """The feature is not declared ``live=True``: it may only change at the next launch. Public as
     ``dsv41_flags.live.NotLiveError``."""
+
+
+class StateError(FlagsError, RuntimeError):
+    """A feature was asked to move between two states that ``state.TRANSITIONS`` does not link: a
+    framework error (the runtime's own rule broken), never a user's. The message names the
+    feature, both states and the states it may move to."""

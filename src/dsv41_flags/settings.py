@@ -28,7 +28,7 @@ from dsv41_flags.text import excerpt, quoted, exception_text
 from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
 from dsv41_flags.secrecy import MASK, is_secret, secret_names, shown
-from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
+from dsv41_flags.values import CastError, Kind, cast, cast_bool, check_file_value
 
 DEFAULT_PROFILE = "default"
 #: the default settings shipped inside the package (the repository's top-level settings.toml is a
@@ -530,7 +530,7 @@ def reserved_caster(key: str):
     kind, _default, choices = RESERVED_TYPES[key]
 
     def caster(raw, kind=kind, choices=choices):
-        return cast(kind, raw.strip().lower() if kind == "choice" and isinstance(raw, str) else raw,
+        return cast(kind, raw.strip().lower() if kind == Kind.CHOICE and isinstance(raw, str) else raw,
                     choices=choices)
 
     return kind, caster
@@ -593,7 +593,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
                 what = f"option {key} ({option.kind} option {quoted(option.name)} of feature {feature.name})"
                 caster = option.cast
             value, source, ok = _cast_chain(key, what, chain, caster, problems,
-                                            "bool" if option is None else option.kind,
+                                            Kind.BOOL if option is None else option.kind,
                                             tuple(reserved.get("SECRET_NAMES") or ()))
             values[key] = Resolved(key, feature.name, None if option is None else option.name,
                                    value, source, tuple(chain))

@@ -255,7 +255,7 @@ def install_http_routes(rt, module) -> None:
             data = _merge(answers)
         except SwitchError as exc:
             data = {"ok": False, "error": str(exc), "ranks": []}
-        data["server"] = process_status(rt)
+        data["server"] = process_status(rt).model_dump(mode="json")
         return JSONResponse(data, status_code=200 if data.get("ok") else 504)
 
     # this module's annotations are strings (``from __future__ import annotations``) and Request
