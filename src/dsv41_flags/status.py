@@ -28,14 +28,19 @@ from dsv41_flags.state import State
 TEXT_MAX = 4096
 LIST_MAX = 4096
 #: the validation context of a record received from a server: text and lists are bounded
-#: (``TEXT_MAX``, ``LIST_MAX``); a record the runtime builds itself is not cut
+#: (``TEXT_MAX``, ``LIST_MAX``) and text must be Unicode (no lone surrogate); a record the
+#: runtime builds itself is taken as it is (a path may carry ``surrogateescape`` bytes)
 WIRE = {"wire": True}
 
 
 def _bounded(limit: int) -> AfterValidator:
     def check(value, info: ValidationInfo):
-        if info.context and info.context.get("wire") and len(value) > limit:
+        if not (info.context and info.context.get("wire")):
+            return value
+        if len(value) > limit:
             raise ValueError(f"{len(value)} long; at most {limit} are accepted")
+        if isinstance(value, str):
+            value.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
         return value
     return AfterValidator(check)
 
@@ -136,7 +141,7 @@ class ProcessStatus(RankId):
     profile: Text = ""
     settings_files: Texts = ()
     fingerprint: Text = ""
-    features: Annotated[tuple[FeatureStatus, ...], _bounded(LIST_MAX)]
+    features: Annotated[tuple[FeatureStatus, ...], _bounded(LIST_MAX)] = ()
     switches: Annotated[tuple[Switch, ...], _bounded(LIST_MAX)] = ()
     switches_dropped: Count = 0
     warnings: Texts = ()

@@ -242,9 +242,8 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                     "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
                                                                for r in ranks))
             out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
-            server = data.get("server") if isinstance(data, dict) else None
-            if isinstance(server, dict) and isinstance(server.get("pid"), int):
-                out.print(f"  server  pid {server['pid']}  (HTTP process: not switched, live "
+            if answer.server is not None:
+                out.print(f"  server  pid {answer.server.pid}  (HTTP process: not switched, live "
                           f"patches run in the schedulers)")
         for r in ranks:
             out.print(f"  {_rank(r)}  pid {r.pid}  step {r.step}  generation {r.generation}  "
