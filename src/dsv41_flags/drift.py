@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from functools import lru_cache
 from types import ModuleType
@@ -122,8 +122,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         """JSON form: requirement, verdict, why, piece, closest, stops_boot."""
-        return {"requirement": self.requirement, "verdict": self.verdict, "why": self.why,
-                "piece": self.piece, "closest": self.closest, "stops_boot": self.stops_boot}
+        return asdict(self)
 
 
 def _closest(name: str, names) -> str:

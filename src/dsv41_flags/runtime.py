@@ -203,10 +203,7 @@ class Runtime:
             allowed = ", ".join(sorted(TRANSITIONS[old.state])) or "none"
             raise StateError(f"feature {feature.name!r} cannot move from {old.state} to "
                              f"{State(state)} (state.TRANSITIONS allows: {allowed})")
-        st = FeatureStatus(name=feature.name, state=state, value=self.value(feature),
-                           source=self.source(feature), target=feature.target, live=feature.live,
-                           **kw)
-        self._states[feature.name] = st
+        st = self._states[feature.name] = self._record(feature, state, **kw)
         for listener in self.state_listeners:
             try:
                 listener(st)
@@ -214,6 +211,12 @@ class Runtime:
                 self.log.warning("flags.listener_failed", feature=feature.name,
                                  error=f"{exception_text(exc)}")
         return st
+
+    def _record(self, feature: Feature, state: State, **kw) -> FeatureStatus:
+        """The record of ``feature`` in ``state`` now (its flag's value and source), nothing kept."""
+        return FeatureStatus(name=feature.name, state=state, value=self.value(feature),
+                             source=self.source(feature), target=feature.target, live=feature.live,
+                             **kw)
 
     def gate(self, feature: Feature) -> tuple[State, str]:
         """The state of ``feature`` before any target is imported, ``(state, detail)``, by
@@ -233,9 +236,7 @@ class Runtime:
             state, detail = self.gate(feature)
             if state == State.ARMED and missing.get(feature.name):
                 state, detail = State.DRIFTED, "; ".join(missing[feature.name])
-            out.append(FeatureStatus(name=feature.name, state=state, value=self.value(feature),
-                                     source=self.source(feature), target=feature.target,
-                                     detail=detail, live=feature.live))
+            out.append(self._record(feature, state, detail=detail))
         return out
 
     def arm(self) -> None:
@@ -561,10 +562,8 @@ class Runtime:
         for f in self.features.values():
             st = self._states.get(f.name)
             if st is None:
-                on = self.value(f)
-                st = FeatureStatus(name=f.name, state=State.NOT_ARMED if on else State.OFF, value=on,
-                                   source=self.source(f), target=f.target, live=f.live,
-                                   detail="activation did not register its hook" if on else "")
+                st = (self._record(f, State.NOT_ARMED, detail="activation did not register its hook")
+                      if self.value(f) else self._record(f, State.OFF))
             out.append(st)
         return out
 

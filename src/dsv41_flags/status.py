@@ -1,18 +1,11 @@
 """The status record: one frozen, typed model per feature (``FeatureStatus``) and per process
-(``ProcessStatus``), built by the runtime and read by everyone downstream: ``dsv41-flags status``
-and ``status --url``, the engine's RPC and HTTP routes, the metrics and the upgrade gate. Its JSON
-form, ``model_dump(mode="json")``, is the one on the wire; ``WIRE`` validates it as received.
+(``ProcessStatus``), built by the runtime and read by ``dsv41-flags status`` / ``status --url``,
+the engine's RPC and HTTP routes, the metrics and the upgrade gate. Its JSON form,
+``model_dump(mode="json")``, is the one on the wire; ``WIRE`` validates it as received.
 
-* ``FeatureStatus``: ``{"name", "state", "value", "source", "target", "detail", "duration_ms",
-  "patches", "live", "engine", "engine_version", "options": {option: {"value", "source"}},
-  "missing", "undecided", "target_found"}``; the runtime records the first nine
-  (``Runtime.states``), ``describe`` adds what a report shows;
-* ``preview`` -> the rows of ``status`` / ``validate`` / ``check`` (what a boot would reach before
-  importing targets, with the static drift found without importing);
-* ``process_status`` -> one process's answer to ``status --url``: ``{pid, process, role, ranks...,
-  step, serving, "generation", "profile", "settings_files", "fingerprint", "features",
-  "switches", "switches_dropped", "warnings", "notes"}``;
-* ``serving`` -> which armed features are in effect in a serving process (``Serving``).
+``preview`` gives the rows of ``status`` / ``validate`` / ``check`` (what a boot would reach before
+importing targets), ``process_status`` one process's answer to ``status --url``, ``serving``
+which armed features are in effect in a serving process.
 """
 from __future__ import annotations
 
@@ -24,9 +17,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, 
 from dsv41_flags.drift import engine_version
 from dsv41_flags.state import State
 
-#: longest text field and list accepted in an answer received from a server (``WIRE``)
-TEXT_MAX = 4096
-LIST_MAX = 4096
+TEXT_MAX = LIST_MAX = 4096  # longest text and list accepted from a server (``WIRE``)
 #: the validation context of a record received from a server: text and lists are bounded
 #: (``TEXT_MAX``, ``LIST_MAX``) and text must be Unicode (no lone surrogate); a record the
 #: runtime builds itself is taken as it is (a path may carry ``surrogateescape`` bytes)
@@ -189,16 +180,10 @@ def preview(runtime, found: Mapping[str, tuple[list[str], str | None]],
 def serving(runtime) -> Serving:
     """Which armed features are in effect in this process (``Serving``)."""
     states = {s.name: s.state for s in runtime.states()}
-    installed, pending, other = [], [], {}
-    for feature in runtime.armed():
-        state = states[feature.name]
-        if state == State.INSTALLED:
-            installed.append(feature.name)
-        elif state.hooked:
-            pending.append(feature.name)
-        else:
-            other[feature.name] = state
-    return Serving(installed=tuple(installed), pending=tuple(pending), other=other)
+    armed = [(f.name, states[f.name]) for f in runtime.armed()]
+    return Serving(installed=tuple(n for n, s in armed if s == State.INSTALLED),
+                   pending=tuple(n for n, s in armed if s.hooked),
+                   other={n: s for n, s in armed if s != State.INSTALLED and not s.hooked})
 
 
 def process_status(runtime, **extra: Any) -> ProcessStatus:

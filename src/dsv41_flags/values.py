@@ -24,16 +24,11 @@ FALSE_WORDS = ("false", "0", "off", "no")
 class Kind(StrEnum):
     """The kind of an option (a ``str`` enum: ``Option("n", "int")`` and ``Kind.INT`` are one)."""
 
-    BOOL = "bool"
-    INT = "int"
-    FLOAT = "float"
-    STR = "str"
-    CHOICE = "choice"
+    BOOL, INT, FLOAT, STR, CHOICE = "bool", "int", "float", "str", "choice"
     LIST = "list"  # of str
 
 
-#: every option kind, in declaration order
-KINDS: tuple[Kind, ...] = tuple(Kind)
+KINDS: tuple[Kind, ...] = tuple(Kind)  # every option kind, in declaration order
 _INT = r"[+-]?[0-9]+"
 _FLOAT = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
 
@@ -117,10 +112,10 @@ def _accepted(kind: str, minimum, maximum, choices) -> str:
 
 
 def _cast(kind, raw, minimum, maximum, choices):
+    accepted = _accepted(kind, minimum, maximum, choices)
     if kind == Kind.BOOL:
         return cast_bool(raw)
     if kind == Kind.INT:
-        accepted = "an integer" + _bounds(minimum, maximum)
         if isinstance(raw, bool):
             raise CastError(accepted)
         if isinstance(raw, int):
@@ -137,7 +132,6 @@ def _cast(kind, raw, minimum, maximum, choices):
             raise CastError(accepted)
         return _check_bounds(value, minimum, maximum, accepted)
     if kind == Kind.FLOAT:
-        accepted = "a finite number" + _bounds(minimum, maximum)
         if isinstance(raw, bool):
             raise CastError(accepted)
         if isinstance(raw, (int, float)):
@@ -154,21 +148,19 @@ def _cast(kind, raw, minimum, maximum, choices):
     if kind == Kind.STR:
         if isinstance(raw, str):
             return raw  # a str option keeps its text exactly (file or variable): " a " stays " a "
-        raise CastError("a string")
+        raise CastError(accepted)
     if kind == Kind.CHOICE:
-        accepted = "one of " + ", ".join(choices)
         if isinstance(raw, str) and _strip(raw) in choices:
             return _strip(raw)
         raise CastError(accepted)
     if kind == Kind.LIST:
-        accepted = "a list of strings (in a variable: comma-separated)"
         if isinstance(raw, str):
             return tuple(_strip(item) for item in raw.split(",") if _strip(item))
         if isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
             # the same items as the same text in a variable: stripped, empty ones dropped
             return tuple(_strip(item) for item in raw if _strip(item))
         raise CastError(accepted)
-    raise CastError(f"a declared kind among {', '.join(KINDS)}", f"unknown option kind {kind!r}")
+    raise CastError(accepted, f"unknown option kind {kind!r}")
 
 
 #: kind -> (TOML types accepted from a file, how to say it)

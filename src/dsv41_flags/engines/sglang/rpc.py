@@ -191,10 +191,9 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
         rt.log.error("feature.toggle_refused", feature=name, value=value, requested_by=requested_by,
                      request_id=request_id, step=step, generation=rt.live.generation,
                      reason="; ".join(problems))
-        if phase == "check":
-            _answer(rt, {"ok": False, **base, "error": message, "ranks": votes})
-            return
         _answer(rt, {"ok": False, **base, "error": message, "ranks": votes})
+        if phase == "check":
+            return
         raise SwitchError(message)
     if phase == "check":                                          # the votes only
         unchanged = all(v["old"] == v["new"] for v in votes)
