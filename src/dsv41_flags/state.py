@@ -149,6 +149,3 @@ class Cell(StrEnum):
         """The feature would not install on that release (never counted as ok)."""
         return self in (Cell.DRIFTED, Cell.UNDECIDED, Cell.OUT_OF_RANGE, Cell.UNREADABLE)
 
-
-#: the cells for which a feature would not install on a release
-FAILING: tuple[Cell, ...] = tuple(c for c in Cell if c.failing)

@@ -36,17 +36,16 @@ def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     what the static check could not decide; verdicts: one per requires entry (``Verdict``).
     ``checker`` reads ``release.view`` (None when the release is unreadable). Never raises: a
     failure of the check itself is an ``unreadable`` cell naming it."""
-    try:
-        return _cell(feature, release, checker)
-    except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
-        return {"release": release.label, "version": release.version, "state": Cell.UNREADABLE,
-                "detail": f"the check failed: {exception_text(exc)}", "missing": [],
-                "undecided": [], "verdicts": []}
-
-
-def _cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     out = {"release": release.label, "version": release.version, "state": Cell.OK, "detail": "",
            "missing": [], "undecided": [], "verdicts": []}
+    try:
+        return _cell(feature, release, checker, out)
+    except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
+        return {**out, "state": Cell.UNREADABLE, "detail": f"the check failed: {exception_text(exc)}"}
+
+
+def _cell(feature: Feature, release: Release, checker: Checker | None, out: dict) -> dict:
+    out = dict(out)  # the caller's stays as it was, for an unreadable cell
     if release.error or checker is None:
         return {**out, "state": Cell.UNREADABLE, "detail": release.error or "no source"}
     if not feature.engine:
