@@ -18,9 +18,10 @@ from dsv41_flags.declare import Feature, Option
 from dsv41_flags.errors import (ActivationError, DeclarationError, DriftError, FlagsError,
                                 SettingsError, SnapshotError)
 from dsv41_flags.patch import InstallContext
-from dsv41_flags.runtime import FeatureState, Runtime
+from dsv41_flags.runtime import Runtime
+from dsv41_flags.status import FeatureStatus
 from dsv41_flags.state import State
 
 __all__ = ["Feature", "Option", "InstallContext", "activate", "current_runtime", "Runtime",
-           "FeatureState", "State", "FlagsError", "DeclarationError", "SettingsError", "DriftError",
+           "FeatureStatus", "State", "FlagsError", "DeclarationError", "SettingsError", "DriftError",
            "SnapshotError", "ActivationError"]

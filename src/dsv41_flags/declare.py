@@ -11,7 +11,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.names import ENV_PREFIX
 from dsv41_flags.requires import DOTTED_NAME, EngineRange, Require
-from dsv41_flags.values import KINDS, CastError, cast
+from dsv41_flags.values import KINDS, CastError, Kind, cast
 
 if TYPE_CHECKING:  # pragma: no cover
     from dsv41_flags.patch import InstallContext
@@ -47,7 +47,7 @@ class Option:
             raise DeclarationError(f"option name {self.name!r} is not a lower-case identifier")
         if self.kind not in KINDS:
             raise DeclarationError(f"option {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if self.kind == "choice" and not self.choices:
+        if self.kind == Kind.CHOICE and not self.choices:
             raise DeclarationError(f"option {self.name!r}: kind 'choice' needs choices")
         try:
             cast(self.kind, self.default, minimum=self.minimum, maximum=self.maximum, choices=self.choices)

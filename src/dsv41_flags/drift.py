@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from functools import lru_cache
 from types import ModuleType
 
@@ -71,12 +72,23 @@ def fixed_upstream(feature: Feature) -> str | None:
     return None
 
 
+class Presence(StrEnum):
+    """The verdict words on one ``requires`` entry (a ``str`` enum: JSON carries the word)."""
+
+    OK = "ok"                # present
+    MISSING = "missing"      # absent (with the closest name that exists)
+    UNDECIDED = "undecided"  # the check could not tell: never counted as ok
+
+
+OK, MISSING, UNDECIDED = Presence.OK, Presence.MISSING, Presence.UNDECIDED
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One verdict per declared ``requires`` entry.
 
     requirement: the entry as written (``"TargetVerifyExecutor.accept_and_finalize(folded_accept)"``).
-    verdict: ``"ok"`` | ``"missing"`` | ``"undecided"`` (the check could not tell: never counted as ok).
+    verdict: a ``Presence`` (ok, missing, undecided: the check could not tell, never counted as ok).
     why: one sentence saying how the verdict was reached.
     piece: for missing / undecided, the first piece that is (``"module sglang.srt.x"``,
       ``"Cls.meth"``, ``"Cls.meth(param)"``); "" when ok.
@@ -88,7 +100,7 @@ class Verdict:
     """
 
     requirement: str
-    verdict: str
+    verdict: Presence
     why: str = ""
     piece: str = ""
     closest: str = ""
@@ -110,11 +122,7 @@ class Verdict:
 
     def to_dict(self) -> dict:
         """JSON form: requirement, verdict, why, piece, closest, stops_boot."""
-        return {"requirement": self.requirement, "verdict": self.verdict, "why": self.why,
-                "piece": self.piece, "closest": self.closest, "stops_boot": self.stops_boot}
-
-
-OK, MISSING, UNDECIDED = "ok", "missing", "undecided"
+        return asdict(self)
 
 
 def _closest(name: str, names) -> str:

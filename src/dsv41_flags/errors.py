@@ -97,3 +97,9 @@ class PatchConflict(FlagsError):
     stands for: a base class's attribute patched after a subclass's patch captured it in a form
     that cannot call through at call time (see ``Ledger.patch``). The message names both features,
     both ``Owner.attr`` and what to do."""
+
+
+class StateError(FlagsError, RuntimeError):
+    """A feature was asked to move between two states that ``state.TRANSITIONS`` does not link: a
+    framework error (the runtime's own rule broken), never a user's. The message names the
+    feature, both states and the states it may move to."""

@@ -2,10 +2,13 @@
 flags; each with its type and meaning), the variables that carry them, and the one "did you
 mean" suggestion used by every message that names an unknown key.
 
-Standard library only: every process imports this, a child activating from the snapshot too.
+Standard library and ``values`` (the option kinds) only: every process imports this, a child
+activating from the snapshot too.
 """
 
 from typing import Any, Iterable, NamedTuple
+
+from dsv41_flags.values import Kind
 
 ENV_PREFIX = "DSV41_"
 #: the source of a key that no settings file and no variable sets: its declared default (the
@@ -25,7 +28,7 @@ class ReservedName(NamedTuple):
 
     key: str
     what: str
-    kind: str | None = None
+    kind: Kind | None = None
     default: Any = None
     choices: tuple[str, ...] = ()
 
@@ -42,19 +45,19 @@ RESERVED: dict[str, ReservedName] = {r.key: r for r in (
     ReservedName("LAUNCH", "the launch a child process belongs to, set beside DSV41_SNAPSHOT by "
                            "the launching process (DSV41_LAUNCH: its pid and fingerprint)"),
     ReservedName("STRICT", "strict mode: drift, failed installs and unknown keys are errors",
-                 "bool", True),
-    ReservedName("FEATURES_DIR", "directory of the feature modules", "str", ""),
-    ReservedName("LOG_FORMAT", "log rendering", "choice", "auto", ("auto", "json", "console")),
-    ReservedName("LOG_LEVEL", "lowest level logged", "choice", "info",
+                 Kind.BOOL, True),
+    ReservedName("FEATURES_DIR", "directory of the feature modules", Kind.STR, ""),
+    ReservedName("LOG_FORMAT", "log rendering", Kind.CHOICE, "auto", ("auto", "json", "console")),
+    ReservedName("LOG_LEVEL", "lowest level logged", Kind.CHOICE, "info",
                  ("debug", "info", "warning", "error")),
-    ReservedName("RANK_GUARD", "rank consistency guard mode", "choice", "raise",
+    ReservedName("RANK_GUARD", "rank consistency guard mode", Kind.CHOICE, "raise",
                  ("raise", "warn", "off")),
     ReservedName("EXTERNAL", "variables read by adapters not ported yet: known, not flags",
-                 "list", ()),
+                 Kind.LIST, ()),
     ReservedName("FINGERPRINT", "the fingerprint table (prefixes, volatile, volatile_argv)"),
     ReservedName("SECRET_NAMES", "names that mark a secret, added to the engine's (a variable or "
                  "launch option whose name holds one is never kept; see secrecy.is_secret)",
-                 "list", ()),
+                 Kind.LIST, ()),
     ReservedName("API_KEY", "key sent by set / status --url to the server (DSV41_API_KEY): a "
                  "secret, read only by the CLI, never kept"),
 )}

@@ -12,12 +12,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
-from dsv41_flags.errors import ActivationError, DriftError, PatchConflict, RestoreError
+from dsv41_flags.errors import ActivationError, DriftError, PatchConflict, RestoreError, StateError
 from dsv41_flags.fingerprint import Fingerprint
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import, watch_reload
@@ -28,7 +28,9 @@ from dsv41_flags.names import DECLARED_DEFAULT, LAUNCH_VAR, SNAPSHOT_VAR
 from dsv41_flags.patch import InstallContext, Ledger
 from dsv41_flags.resolution import Resolution
 from dsv41_flags.snapshot import Launch, encode
-from dsv41_flags.state import State, after_install, after_switch, after_uninstall, at_boot
+from dsv41_flags.state import (TRANSITIONS, State, after_install, after_switch, after_uninstall,
+                              at_boot, may_move)
+from dsv41_flags.status import FeatureStatus
 from dsv41_flags.text import exception_text
 
 # Every framework module a process uses is imported above, at import time: nothing of the
@@ -38,32 +40,6 @@ from dsv41_flags.text import exception_text
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
 
-class FeatureState(NamedTuple):
-    """One feature's state in this process.
-
-    state: a ``dsv41_flags.state.State`` (a ``str``: ``off``, ``armed``, ``installed``, ...; the
-    words and their transitions are defined there);
-    value / source: the flag now (a live switch overrides the resolved value until the next
-    launch) and where it came from; target: module name; detail: missing names, the error, or
-    the reason; duration_ms: install time (installed only); patches: ``Owner.attr`` patched;
-    live: the feature may be switched while serving.
-    """
-
-    name: str
-    state: State
-    value: Any
-    source: str
-    target: str
-    detail: str = ""
-    duration_ms: float | None = None
-    patches: tuple[str, ...] = ()
-    live: bool = False
-
-    def to_dict(self) -> dict:
-        """JSON-ready dict of every field."""
-        return {"name": self.name, "state": self.state, "value": self.value, "source": self.source,
-                "target": self.target, "detail": self.detail, "duration_ms": self.duration_ms,
-                "patches": list(self.patches), "live": self.live}
 
 
 class Runtime:
@@ -86,7 +62,7 @@ class Runtime:
         #: serialises installs: a pending install settled by two threads (its helper thread, a
         #: fork, an audit) runs once
         self._installing = threading.RLock()
-        self._states: dict[str, FeatureState] = {}
+        self._states: dict[str, FeatureStatus] = {}  # changed by ``_move`` only
         self._hooked: set[str] = set()
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
         #: feature name -> the wait of a hook registered while its target's import was in progress
@@ -106,10 +82,11 @@ class Runtime:
         #: directly, the test kit): the error is raised from the import statement
         self.on_import_failure: Callable[[BaseException, str], None] | None = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
-        #: called with each new FeatureState once it is recorded (an install, a failure, a switch,
+        #: called with each new FeatureStatus once it is recorded (``_move``: an install, a failure,
+        #: a switch, a rollback, an audit's finding, an uninstall,
         #: at any time after arming): an engine adapter's gauges follow late installs. A listener
         #: that raises is reported (``flags.listener_failed``) and never stops the change.
-        self.state_listeners: list[Callable[[FeatureState], None]] = []
+        self.state_listeners: list[Callable[[FeatureStatus], None]] = []
         self._arming: int | None = None  # the thread arming (a hook firing there raises to arm)
 
     # ------------------------------------------------------------------ the launch
@@ -202,10 +179,17 @@ class Runtime:
         return [f for f in self.features.values() if self.value(f)]
 
     # ------------------------------------------------------------------ install
-    def _set(self, feature: Feature, state: State, **kw) -> FeatureState:
-        st = FeatureState(feature.name, State(state), self.value(feature), self.source(feature),
-                          feature.target, live=feature.live, **kw)
-        self._states[feature.name] = st
+    def _move(self, feature: Feature, state: State, **kw) -> FeatureStatus:
+        """The one way a feature's state changes: record ``state`` (with the flag's value and
+        source now and ``kw``: detail, duration_ms, patches) when ``state.TRANSITIONS`` allows the
+        move from the recorded one (``state.may_move``), then tell every ``state_listeners``
+        callback. Raises StateError (nothing recorded) for a move the rule does not allow."""
+        old = self._states.get(feature.name)
+        if not may_move(old.state if old else None, state):
+            allowed = ", ".join(sorted(TRANSITIONS[old.state])) or "none"
+            raise StateError(f"feature {feature.name!r} cannot move from {old.state} to "
+                             f"{State(state)} (state.TRANSITIONS allows: {allowed})")
+        st = self._states[feature.name] = self._record(feature, state, **kw)
         for listener in self.state_listeners:
             try:
                 listener(st)
@@ -213,6 +197,12 @@ class Runtime:
                 self.log.warning("flags.listener_failed", feature=feature.name,
                                  error=f"{exception_text(exc)}")
         return st
+
+    def _record(self, feature: Feature, state: State, **kw) -> FeatureStatus:
+        """The record of ``feature`` in ``state`` now (its flag's value and source), nothing kept."""
+        return FeatureStatus(name=feature.name, state=state, value=self.value(feature),
+                             source=self.source(feature), target=feature.target, live=feature.live,
+                             **kw)
 
     def gate(self, feature: Feature) -> tuple[State, str]:
         """The state of ``feature`` before any target is imported, ``(state, detail)``, by
@@ -222,7 +212,7 @@ class Runtime:
         reason = fixed_upstream(feature) if on and feature.fixed_in else ""
         return at_boot(on, reason), reason
 
-    def preview(self, missing: Mapping[str, Sequence[str]]) -> list[FeatureState]:
+    def preview(self, missing: Mapping[str, Sequence[str]]) -> list[FeatureStatus]:
         """The state each feature would reach at boot before its target is imported (what
         ``dsv41-flags status`` shows), without arming anything: ``gate``'s state, and ``drifted``
         for an armed feature whose ``missing[name]`` (drift found without importing: the static
@@ -232,8 +222,7 @@ class Runtime:
             state, detail = self.gate(feature)
             if state == State.ARMED and missing.get(feature.name):
                 state, detail = State.DRIFTED, "; ".join(missing[feature.name])
-            out.append(FeatureState(feature.name, state, self.value(feature), self.source(feature),
-                                    feature.target, detail=detail, live=feature.live))
+            out.append(self._record(feature, state, detail=detail))
         return out
 
     def arm(self) -> None:
@@ -258,13 +247,13 @@ class Runtime:
             if state == State.OFF and feature.live:
                 reason = fixed_upstream(feature)  # a live feature off at boot is hooked, unless
                 if reason:                        # upstream carries the fix
-                    self._set(feature, State.OFF, detail=reason)
+                    self._move(feature, State.OFF, detail=reason)
                     continue
             elif state == State.OFF:
-                self._set(feature, State.OFF)
+                self._move(feature, State.OFF)
                 continue
             if state == State.FIXED_UPSTREAM:
-                self._set(feature, State.FIXED_UPSTREAM, detail=reason)
+                self._move(feature, State.FIXED_UPSTREAM, detail=reason)
                 self.log.info("feature.fixed_upstream", feature=feature.name, target=feature.target,
                               reason=reason)
                 continue
@@ -273,7 +262,7 @@ class Runtime:
                 continue
             self._hooked.add(feature.name)
             # set before registering (a hook may fire at once); undone if no hook was registered
-            self._set(feature, State.ARMED if on else State.OFF,
+            self._move(feature, State.ARMED if on else State.OFF,
                       detail="" if on else "live: installed bypassed when its target is imported")
             try:
                 wait = register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
@@ -281,8 +270,9 @@ class Runtime:
             except BaseException:
                 st = self._states.get(feature.name)
                 if st is not None and st.state in (State.ARMED, State.OFF):  # no hook: not armed
-                    del self._states[feature.name]
                     self._hooked.discard(feature.name)
+                    self._move(feature, State.NOT_ARMED if on else State.OFF,
+                               detail="its hook could not be registered")
                 raise
             if wait is not None:
                 self._import_waits[feature.name] = wait
@@ -290,11 +280,11 @@ class Runtime:
                 detail = (f"its target {feature.target} is still being imported (by another "
                           f"thread, or further up this thread's stack): installs when that import "
                           f"completes")
-                self._set(feature, State.PENDING, detail=detail)
+                self._move(feature, State.PENDING, detail=detail)
                 self.log.info("feature.pending", feature=feature.name, target=feature.target,
                               reason=detail)
 
-    def _on_import(self, feature: Feature, module) -> FeatureState | None:
+    def _on_import(self, feature: Feature, module) -> FeatureStatus | None:
         """The post-import hook of ``feature``: install it unless it was disarmed (``uninstall``)
         or is already installed in this process (a forked child inherits the parent's patches and
         its hooks: the child's runtime is this same object, adopted at fork)."""
@@ -321,10 +311,10 @@ class Runtime:
             return self._states.get(feature.name)
 
     @staticmethod
-    def _waits(feature: Feature, st: FeatureState | None) -> bool:
+    def _waits(feature: Feature, st: FeatureStatus | None) -> bool:
         """Whether the hook of ``feature`` in state ``st`` installs when its target is imported
         (armed, pending; a live feature off at boot installs bypassed)."""
-        return st is not None and (State(st.state).hooked or (feature.live and st.state == State.OFF))
+        return st is not None and (st.state.hooked or (feature.live and st.state == State.OFF))
 
     def settle(self, timeout: float = 0.0) -> None:
         """Install every ``pending`` feature whose target's import (in progress when it was
@@ -387,7 +377,7 @@ class Runtime:
         for note in self.snapshot_notes:
             self.log.warning("snapshot.mismatch", note=note)
 
-    def install(self, feature: Feature, module) -> FeatureState:
+    def install(self, feature: Feature, module) -> FeatureStatus:
         """Drift-check and install ``feature`` on the imported ``module``.
 
         Returns the new state. In strict mode raises DriftError naming the feature, the target and
@@ -405,7 +395,7 @@ class Runtime:
         if bad_version:
             missing.insert(0, bad_version)
         if missing:
-            st = self._set(feature, State.DRIFTED, detail="; ".join(missing))
+            st = self._move(feature, State.DRIFTED, detail="; ".join(missing))
             self.log.error("feature.drifted", feature=feature.name, target=feature.target,
                            missing=missing, strict=strict)
             if strict:
@@ -435,7 +425,7 @@ class Runtime:
             self._reload_watches[feature.name] = watch_reload(
                 lambda reloaded, f=feature: self._on_reload(f), feature.target)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)
-        st = self._set(feature, after_install(self.value(feature)),
+        st = self._move(feature, after_install(self.value(feature)),
                        duration_ms=duration_ms, patches=tuple(r.where for r in records))
         self.log.info("feature.installed", feature=feature.name, target=feature.target,
                       duration_ms=duration_ms, patches=list(st.patches),
@@ -448,10 +438,10 @@ class Runtime:
                                  attributes=[r.where for r in overlap])
         return st
 
-    def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureState:
+    def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureStatus:
         """Record and report (``feature.failed``, with the traceback) that ``what`` raised
         ``exc`` while installing ``feature``; in strict mode raise DriftError naming it."""
-        st = self._set(feature, State.FAILED, detail=f"{exception_text(exc)}")
+        st = self._move(feature, State.FAILED, detail=f"{exception_text(exc)}")
         self.log.error("feature.failed", feature=feature.name, target=feature.target,
                        error=f"{exception_text(exc)}", traceback=traceback.format_exc(),
                        strict=strict)
@@ -488,7 +478,7 @@ class Runtime:
                 if not left and feature.name in self._reload_watches:
                     self._reload_watches.pop(feature.name)()
                 if st is not None and State(st.state).hooked and not left:
-                    self._set(feature, State.UNINSTALLED,
+                    self._move(feature, State.UNINSTALLED,
                               detail="disarmed before its target was imported")
                     continue
                 if failed:
@@ -498,14 +488,14 @@ class Runtime:
                                    target=feature.target, attributes=[r.where for r in failed],
                                    reason=reason)
                     if st is not None:
-                        self._set(feature, st.state, detail=f"still patched, the restore failed: "
+                        self._move(feature, st.state, detail=f"still patched, the restore failed: "
                                   f"{reason}", duration_ms=st.duration_ms, patches=st.patches)
                 if kept:
                     self.log.warning("feature.uninstall_blocked", feature=feature.name,
                                      attributes=[r.where for r in kept],
                                      above=sorted({name for r in kept for name in self.ledger.above(r)}))
                 elif not failed and st is not None and after_uninstall(st.state) is not None:
-                    self._set(feature, after_uninstall(st.state))
+                    self._move(feature, after_uninstall(st.state))
         if failures:
             raise RestoreError(failures)
 
@@ -522,7 +512,7 @@ class Runtime:
         self.check_patches((feature,))  # a patch lost since it was installed is refused here
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
-        if name not in self._hooked or st is None or not State(st.state).switchable:  # hooked: in place or will be
+        if name not in self._hooked or st is None or not st.state.switchable:  # hooked: in place or will be
             why = f" ({st.detail})" if st is not None and st.detail else ""
             raise SwitchError(
                 f"feature {name!r} is {state} in this process{why}: its patch is not in place here, "
@@ -576,19 +566,17 @@ class Runtime:
                              generation=self.live.generation, reason=reason)
 
     def _restate(self, feature: Feature) -> None:
+        """Record the state a switch (or its rollback) leaves ``feature`` in (``after_switch``)."""
         st = self._states.get(feature.name)
         if st is None:
             return
-        on = self.value(feature)
-        state = after_switch(st.state, on)
+        state = after_switch(st.state, self.value(feature))
         detail = "" if state != State.OFF else "live: installed bypassed when its target is imported"
-        self._states[feature.name] = FeatureState(
-            feature.name, state, on, self.source(feature), feature.target,
-            detail if state in (State.OFF, State.ARMED, State.PENDING) else st.detail,
-            st.duration_ms, st.patches, feature.live)
+        self._move(feature, state, duration_ms=st.duration_ms, patches=st.patches,
+                   detail=detail if state in (State.OFF, State.ARMED, State.PENDING) else st.detail)
 
     # ------------------------------------------------------------------ report
-    def states(self) -> list[FeatureState]:
+    def states(self) -> list[FeatureStatus]:
         """Per feature (install order): name, state, flag value, source, target. A feature that
         arming never reached is ``off`` (flag off) or ``not-armed`` (flag on, no hook registered):
         ``armed`` always means a hook is registered. Every patched feature is checked first
@@ -598,24 +586,17 @@ class Runtime:
         for f in self.features.values():
             st = self._states.get(f.name)
             if st is None:
-                st = (FeatureState(f.name, State.NOT_ARMED, True, self.source(f), f.target,
-                                   detail="activation did not register its hook", live=f.live)
-                      if self.value(f) else FeatureState(f.name, State.OFF, False, self.source(f),
-                                                         f.target, live=f.live))
+                st = (self._record(f, State.NOT_ARMED, detail="activation did not register its hook")
+                      if self.value(f) else self._record(f, State.OFF))
             out.append(st)
         return out
 
     def recorded_states(self) -> list[dict]:
-        """Per feature (install order) what is true now, for ``flags.error``: the recorded state, or
-        ``not-armed`` for a feature that activation never reached (no hook registered)."""
-        out = []
-        for f in self.features.values():
-            st = self._states.get(f.name)
-            out.append({"name": f.name, "state": st.state if st else State.NOT_ARMED,
-                        "detail": st.detail if st else "activation stopped before arming it"})
-        return out
+        """Per feature (install order) what is true now, for ``flags.error``: ``{"name", "state",
+        "detail"}`` picked from ``states()``."""
+        return [s.model_dump(mode="json", include={"name", "state", "detail"}) for s in self.states()]
 
-    def audit(self) -> list[FeatureState]:
+    def audit(self) -> list[FeatureStatus]:
         """Re-check every feature: an armed feature whose target was never imported becomes
         ``pending`` (also while another thread is still importing it); an armed one whose target
         IS imported but was never installed (its hook did not fire) becomes ``missed`` (an error);
@@ -629,15 +610,15 @@ class Runtime:
             if st is None:
                 continue
             module = sys.modules.get(feature.target)
-            if State(st.state).hooked and (module is None or self._importing(feature.name)):
+            if st.state.hooked and (module is None or self._importing(feature.name)):
                 detail = "" if module is None else "its target is still being imported"
-                self._set(feature, State.PENDING, detail=detail)
+                self._move(feature, State.PENDING, detail=detail)
                 self.log.warning("feature.pending", feature=feature.name, target=feature.target,
                                  **({"reason": detail} if detail else {}))
-            elif State(st.state).hooked and feature.name not in self._disarmed:
+            elif st.state.hooked and feature.name not in self._disarmed:
                 detail = ("its target is imported but the install never ran: the patch is NOT on"
                           + (f" ({self.abandoned})" if self.abandoned else ""))
-                self._set(feature, State.MISSED, detail=detail)
+                self._move(feature, State.MISSED, detail=detail)
                 self.log.error("feature.missed", feature=feature.name, target=feature.target,
                                reason=detail)
         return self.states()  # the patched ones: check_patches
@@ -659,7 +640,7 @@ class Runtime:
                     continue
                 lost = self.ledger.lost(feature.name, sys.modules.get(feature.target))
                 if lost:
-                    self._set(feature, State.LOST, detail=", ".join(lost))
+                    self._move(feature, State.LOST, detail=", ".join(lost))
                     self.log.error("feature.lost", feature=feature.name, target=feature.target,
                                    attributes=lost)
 
@@ -679,9 +660,9 @@ class Runtime:
             "profile": self.resolution.profile,
             "settings_files": list(self.resolution.files),
             "from_snapshot": self.from_snapshot,
-            "features": {f.name: {"value": self.value(f), "source": self.source(f),
-                                  "options": self.option_report(f)}
-                         for f in self.features.values()},
+            "features": {st.name: st.replace(options=self.option_report(self.features[st.name]))
+                         .model_dump(mode="json", include={"value", "source", "options"})
+                         for st in self.states()},
             "armed": [f.name for f in self.armed()],
             "fingerprint": self.fingerprint.digest,
             "notes": list(self.resolution.notes),

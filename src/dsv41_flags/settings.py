@@ -24,7 +24,7 @@ from dsv41_flags.secrecy import MASK, is_secret, secret_names, shown
 from dsv41_flags.settings_files import (DEFAULT_PROFILE, DYNACONF_ACCEPTED, PROJECT_SETTINGS,  # noqa: F401
                                         dynaconf_key, file_literal, find_settings_files,
                                         local_companion, profiles_in, reread)
-from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
+from dsv41_flags.values import CastError, Kind, cast, cast_bool, check_file_value
 
 #: the operator's ``fingerprint`` table: what settings ADD to the engine adapter's defaults
 #: (``EngineAdapter.fingerprint``: prefixes the engine reads, variables and launch options it rewrites or
@@ -186,7 +186,7 @@ def reserved_caster(key: str):
     kind, _default, choices = RESERVED_TYPES[key]
 
     def caster(raw, kind=kind, choices=choices):
-        return cast(kind, raw.strip().lower() if kind == "choice" and isinstance(raw, str) else raw,
+        return cast(kind, raw.strip().lower() if kind == Kind.CHOICE and isinstance(raw, str) else raw,
                     choices=choices)
 
     return kind, caster
@@ -249,7 +249,7 @@ def resolve(settings: LoadedSettings, profile: str, profiles: tuple[str, ...], f
                 what = f"option {key} ({option.kind} option {quoted(option.name)} of feature {feature.name})"
                 caster = option.cast
             value, source, ok = _cast_chain(key, what, chain, caster, problems,
-                                            "bool" if option is None else option.kind,
+                                            Kind.BOOL if option is None else option.kind,
                                             tuple(reserved.get("SECRET_NAMES") or ()))
             values[key] = Resolved(key, feature.name, None if option is None else option.name,
                                    value, source, tuple(chain))

@@ -58,7 +58,7 @@ from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
 from dsv41_flags.names import DECLARED_DEFAULT, RESERVED_TYPES, SNAPSHOT_VAR
 from dsv41_flags.resolution import EMPTY, Resolution, Resolved, _jsonable
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
-from dsv41_flags.values import CastError, cast, cast_bool
+from dsv41_flags.values import CastError, Kind, cast, cast_bool
 
 VERSION = 3
 #: above this many bytes the encoded launch is spilled to a private file (Linux: 128 KiB per string)
@@ -147,7 +147,7 @@ def _secret_value(key: str, entry: Mapping, feature: Feature, option) -> Any:
     from dsv41_flags.settings import cast_layer, reread
 
     caster = cast_bool if option is None else option.cast
-    kind = "bool" if option is None else option.kind
+    kind = Kind.BOOL if option is None else option.kind
     try:
         return cast_layer(key, kind, caster, source, reread(key, source))
     except LookupError as exc:

@@ -15,7 +15,11 @@ A feature's life in one process (``Runtime``)::
                installed / bypassed ─► lost   (the patched attribute was replaced: audit)
                armed / pending / installed / bypassed / lost ─► uninstalled
     fixed-upstream: the installed engine carries the fix (never hooked)
-    not-armed: flag on but activation never registered its hook
+    not-armed: flag on but activation never registered its hook (armed ─► not-armed when the
+               registration itself raised)
+
+Every change of a feature's state goes through ``Runtime._move``, which checks ``may_move`` and
+tells the runtime's ``state_listeners``.
 """
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.OFF: frozenset({State.ARMED, State.PENDING, State.BYPASSED, State.DRIFTED,
                           State.FAILED, State.UNINSTALLED}),
     State.ARMED: frozenset({State.OFF, State.PENDING, State.INSTALLED, State.BYPASSED,
-                            State.DRIFTED, State.FAILED, State.MISSED, State.UNINSTALLED}),
+                            State.DRIFTED, State.FAILED, State.MISSED, State.UNINSTALLED,
+                            State.NOT_ARMED}),  # its hook could not be registered
     State.PENDING: frozenset({State.OFF, State.ARMED, State.INSTALLED, State.BYPASSED,
                               State.DRIFTED, State.FAILED, State.MISSED, State.UNINSTALLED}),
     State.INSTALLED: frozenset({State.BYPASSED, State.LOST, State.UNINSTALLED}),
@@ -72,7 +77,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.FAILED: frozenset(),
     State.MISSED: frozenset(),
     State.FIXED_UPSTREAM: frozenset(),
-    State.NOT_ARMED: frozenset(),
+    State.NOT_ARMED: frozenset({State.ARMED}),  # armed again by a later arm()
 }
 
 
@@ -144,6 +149,3 @@ class Cell(StrEnum):
         """The feature would not install on that release (never counted as ok)."""
         return self in (Cell.DRIFTED, Cell.UNDECIDED, Cell.OUT_OF_RANGE, Cell.UNREADABLE)
 
-
-#: the cells for which a feature would not install on a release
-FAILING: tuple[Cell, ...] = tuple(c for c in Cell if c.failing)

@@ -36,7 +36,8 @@ import dsv41_flags.activation as _activation
 from dsv41_flags.discovery import PACKAGE
 from dsv41_flags.errors import RestoreError
 from dsv41_flags.names import ENV_PREFIX
-from dsv41_flags.runtime import FeatureState, Runtime
+from dsv41_flags.runtime import Runtime
+from dsv41_flags.status import FeatureStatus
 
 __all__ = ["FlagsKit", "dsv41_flags_runtime"]
 
@@ -124,8 +125,8 @@ class FlagsKit:
         """Captured events, only those named ``name`` when given."""
         return [e for e in self.captured if name is None or e.get("event") == name]
 
-    def states(self) -> dict[str, FeatureState]:
-        """Feature name -> FeatureState of the activated runtime."""
+    def states(self) -> dict[str, FeatureStatus]:
+        """Feature name -> FeatureStatus of the activated runtime."""
         return {s.name: s for s in self._need().states()}
 
     def state(self, name: str) -> str:

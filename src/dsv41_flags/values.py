@@ -10,15 +10,25 @@ number must be written as a variable may write it (decimal ASCII digits: ``0x10`
 """
 from __future__ import annotations
 
-from dsv41_flags.text import exception_text
-
 import math
 import re
+from enum import StrEnum
 from typing import Any
+
+from dsv41_flags.text import exception_text
 
 TRUE_WORDS = ("true", "1", "on", "yes")
 FALSE_WORDS = ("false", "0", "off", "no")
-KINDS = ("bool", "int", "float", "str", "choice", "list")
+
+
+class Kind(StrEnum):
+    """The kind of an option (a ``str`` enum: ``Option("n", "int")`` and ``Kind.INT`` are one)."""
+
+    BOOL, INT, FLOAT, STR, CHOICE = "bool", "int", "float", "str", "choice"
+    LIST = "list"  # of str
+
+
+KINDS: tuple[Kind, ...] = tuple(Kind)  # every option kind, in declaration order
 _INT = r"[+-]?[0-9]+"
 _FLOAT = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
 
@@ -68,7 +78,7 @@ def cast_bool(raw: Any) -> bool:
 MAX_INT_DIGITS = 4300
 
 
-def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | None = None,
+def cast(kind: Kind | str, raw: Any, *, minimum: float | None = None, maximum: float | None = None,
          choices: tuple[str, ...] = ()) -> Any:
     """Cast ``raw`` (a raw string from a variable or a TOML value from a file) to ``kind``.
 
@@ -93,19 +103,19 @@ def cast(kind: str, raw: Any, *, minimum: float | None = None, maximum: float | 
 
 
 def _accepted(kind: str, minimum, maximum, choices) -> str:
-    return {"bool": "one of true/false, 1/0, on/off, yes/no (any case), or empty for off",
-            "int": "an integer" + _bounds(minimum, maximum),
-            "float": "a finite number" + _bounds(minimum, maximum),
-            "str": "a string", "choice": "one of " + ", ".join(choices),
-            "list": "a list of strings (in a variable: comma-separated)"}.get(
+    return {Kind.BOOL: "one of true/false, 1/0, on/off, yes/no (any case), or empty for off",
+            Kind.INT: "an integer" + _bounds(minimum, maximum),
+            Kind.FLOAT: "a finite number" + _bounds(minimum, maximum),
+            Kind.STR: "a string", Kind.CHOICE: "one of " + ", ".join(choices),
+            Kind.LIST: "a list of strings (in a variable: comma-separated)"}.get(
                 kind, f"a declared kind among {', '.join(KINDS)}")
 
 
 def _cast(kind, raw, minimum, maximum, choices):
-    if kind == "bool":
+    accepted = _accepted(kind, minimum, maximum, choices)
+    if kind == Kind.BOOL:
         return cast_bool(raw)
-    if kind == "int":
-        accepted = "an integer" + _bounds(minimum, maximum)
+    if kind == Kind.INT:
         if isinstance(raw, bool):
             raise CastError(accepted)
         if isinstance(raw, int):
@@ -121,8 +131,7 @@ def _cast(kind, raw, minimum, maximum, choices):
         else:
             raise CastError(accepted)
         return _check_bounds(value, minimum, maximum, accepted)
-    if kind == "float":
-        accepted = "a finite number" + _bounds(minimum, maximum)
+    if kind == Kind.FLOAT:
         if isinstance(raw, bool):
             raise CastError(accepted)
         if isinstance(raw, (int, float)):
@@ -136,46 +145,45 @@ def _cast(kind, raw, minimum, maximum, choices):
         if not math.isfinite(value):
             raise CastError(accepted)
         return _check_bounds(value, minimum, maximum, accepted)
-    if kind == "str":
+    if kind == Kind.STR:
         if isinstance(raw, str):
             return raw  # a str option keeps its text exactly (file or variable): " a " stays " a "
-        raise CastError("a string")
-    if kind == "choice":
-        accepted = "one of " + ", ".join(choices)
+        raise CastError(accepted)
+    if kind == Kind.CHOICE:
         if isinstance(raw, str) and _strip(raw) in choices:
             return _strip(raw)
         raise CastError(accepted)
-    if kind == "list":
-        accepted = "a list of strings (in a variable: comma-separated)"
+    if kind == Kind.LIST:
         if isinstance(raw, str):
             return tuple(_strip(item) for item in raw.split(",") if _strip(item))
         if isinstance(raw, (list, tuple)) and all(isinstance(i, str) for i in raw):
             # the same items as the same text in a variable: stripped, empty ones dropped
             return tuple(_strip(item) for item in raw if _strip(item))
         raise CastError(accepted)
-    raise CastError(f"a declared kind among {', '.join(KINDS)}", f"unknown option kind {kind!r}")
+    raise CastError(accepted, f"unknown option kind {kind!r}")
 
 
 #: kind -> (TOML types accepted from a file, how to say it)
-_FILE_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
-    "bool": ((bool,), "a TOML boolean (true or false, unquoted)"),
-    "int": ((int,), "a TOML integer in decimal digits (512, not \"512\", 0x200 or 5_12)"),
-    "float": ((int, float), "a TOML number in decimal digits (0.5, 1e3; not \"0.5\" or 1_000.0)"),
-    "str": ((str,), "a TOML string (quoted)"),
-    "choice": ((str,), "a TOML string (quoted)"),
-    "list": ((list, tuple), "a TOML array of strings"),
+_FILE_TYPES: dict[Kind, tuple[tuple[type, ...], str]] = {
+    Kind.BOOL: ((bool,), "a TOML boolean (true or false, unquoted)"),
+    Kind.INT: ((int,), "a TOML integer in decimal digits (512, not \"512\", 0x200 or 5_12)"),
+    Kind.FLOAT: ((int, float), "a TOML number in decimal digits (0.5, 1e3; not \"0.5\" or 1_000.0)"),
+    Kind.STR: ((str,), "a TOML string (quoted)"),
+    Kind.CHOICE: ((str,), "a TOML string (quoted)"),
+    Kind.LIST: ((list, tuple), "a TOML array of strings"),
 }
 
 
-def check_file_value(kind: str, raw: Any, literal: str | None = None) -> None:
+def check_file_value(kind: Kind | str, raw: Any, literal: str | None = None) -> None:
     """Check a value read from a settings file before it is cast: its TOML type must be the one
     of ``kind`` (strictly typed), and for ``int`` / ``float`` its ``literal`` text in the file
     (when known) must be decimal ASCII as in a variable. Raises CastError (``accepted`` says
     "values in settings files are strictly typed")."""
     types, what = _FILE_TYPES.get(kind, ((object,), ""))
-    ok = isinstance(raw, types) and not (kind in ("int", "float") and isinstance(raw, bool))
-    if ok and literal is not None and kind in ("int", "float"):
-        ok = _fullmatch(_INT if kind == "int" else _FLOAT, literal.strip())
+    numeric = kind in (Kind.INT, Kind.FLOAT)
+    ok = isinstance(raw, types) and not (numeric and isinstance(raw, bool))
+    if ok and literal is not None and numeric:
+        ok = _fullmatch(_INT if kind == Kind.INT else _FLOAT, literal.strip())
     if not ok:
         raise CastError(f"{what}: values in settings files are strictly typed, and a number is "
                         f"written as in a variable")

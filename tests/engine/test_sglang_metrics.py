@@ -1,6 +1,7 @@
 """Engine tier: the flag gauges of a scheduler rank, written in prometheus_client's multiprocess
 mode (as a rank of a ``--enable-metrics`` launch writes them) and read back by the
-``MultiProcessCollector`` sglang's ``/metrics`` uses."""
+``MultiProcessCollector`` sglang's ``/metrics`` uses; after the first write the gauges follow
+every state change as a ``Runtime.state_listeners`` callback (a switch included)."""
 from __future__ import annotations
 
 import json
@@ -27,8 +28,8 @@ rt = build([repo / "settings.toml"], None, environ={}, argv=[], features_dir=rep
 rt.context.update(role="scheduler", tp_rank=1, pp_rank=0)
 rt.arm()
 assert update(rt, force=True)
-rt.switch("folded_fence", True, requested_by="metrics-test")
-assert update(rt, force=True)
+rt.state_listeners.append(lambda st: update(rt, force=True))  # as a serving scheduler does
+rt.switch("folded_fence", True, requested_by="metrics-test")  # the gauges follow: a listener
 print(json.dumps({s.name: s.state for s in rt.states()}))
 """
 

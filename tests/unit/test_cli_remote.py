@@ -128,6 +128,9 @@ BAD_STATUS = [
     ({"ok": True, "ranks": {"a": 1}}, "ranks"),
     ({"ok": True, "ranks": "x"}, "ranks"),
     ({"ok": True, "ranks": [{**RANK, "features": [{"name": "f", "value": True}]}]}, "state"),
+    # a state is a word of dsv41_flags.state.State, never free text
+    ({"ok": True, "ranks": [{**RANK, "features": [{**RANK["features"][0], "state": "on fire"}]}]},
+     "features.0.state"),
     ({"ok": True, "ranks": [{**RANK, "generation": "1"}]}, "generation"),
     ({"ok": True, "ranks": [{**RANK, "generation": -1}]}, "generation"),
     ({"ok": True, "ranks": [{**RANK, "tp_rank": True}]}, "tp_rank"),
@@ -325,7 +328,7 @@ HOSTILE = [
 
 def _hostile_status(text):
     rank = {**RANK, "profile": text,
-            "features": [{**RANK["features"][0], "name": text, "state": text, "source": text}],
+            "features": [{**RANK["features"][0], "name": text, "source": text}],
             "switches": [{**RANK["switches"][0], "requested_by": text, "feature": text, "at": text}]}
     return {"ok": True, "ranks": [rank]}
 

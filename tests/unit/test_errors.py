@@ -4,12 +4,12 @@ to its parent and comes back equal."""
 
 
 def test_errors_and_records_survive_pickling_as_multiprocessing_sends_them():
-    """Records are NamedTuples and errors carry them. What a spawned worker raises or returns is
-    pickled to its parent: every error class and a FeatureState come back equal, of their own type
+    """Records are frozen models and errors carry them. What a spawned worker raises or returns is
+    pickled to its parent: every error class and a FeatureStatus come back equal, of their own type
     (never an unpickling AttributeError)."""
     import pickle
 
-    from dsv41_flags import (ActivationError, DeclarationError, DriftError, FeatureState, SettingsError,
+    from dsv41_flags import (ActivationError, DeclarationError, DriftError, FeatureStatus, SettingsError,
                              SnapshotError)
     from dsv41_flags.errors import Problem
     from dsv41_flags.live import SwitchError
@@ -20,5 +20,6 @@ def test_errors_and_records_survive_pickling_as_multiprocessing_sends_them():
     for exc in (SnapshotError("s"), DeclarationError("d"), DriftError("x"), ActivationError("a"), SwitchError("w")):
         back = pickle.loads(pickle.dumps(exc))
         assert type(back) is type(exc) and str(back) == str(exc)
-    st = FeatureState("f", "installed", True, "declared default", "t", patches=("A.b",))
+    st = FeatureStatus(name="f", state="installed", value=True, source="declared default", target="t",
+                       patches=("A.b",))
     assert pickle.loads(pickle.dumps(st)) == st

@@ -312,7 +312,7 @@ def test_the_switch_history_keeps_the_last_entries_and_counts_the_dropped(target
     assert [t.generation for t in rt.live.history] == list(range(45, n + 1))
     assert rt.source(rt.features["fence"]).startswith(f"live switch generation {n} by u{n - 1} ")
     status = __import__("dsv41_flags.status", fromlist=["x"]).process_status(rt)
-    assert len(status["switches"]) == HISTORY_LIMIT and status["switches_dropped"] == 44
+    assert len(status.switches) == HISTORY_LIMIT and status.switches_dropped == 44
 
 
 def test_a_rollback_restores_generation_history_and_source_also_at_the_limit():

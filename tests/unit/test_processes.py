@@ -39,7 +39,7 @@ CHILD = textwrap.dedent("""
         import demo_engine
         q.put({"pid": os.getpid(), "forward": demo_engine.Worker().forward(),
                "from_snapshot": rt.from_snapshot,
-               "states": [s.to_dict() for s in rt.states()]})
+               "states": [s.model_dump(mode="json") for s in rt.states()]})
     if __name__ == "__main__":
         import dsv41_flags
         dsv41_flags.activate()

@@ -249,18 +249,45 @@ def test_feature_modules_not_imported_as_top_level_features(make_runtime):
 
 
 def test_state_listeners_see_every_change_and_one_that_raises_changes_nothing(demo, dsv41_flags_runtime):
-    demo.feature("wrap_step", WRAP)
+    """Install, a live switch and its way back, a loss found by the audit: each is one record
+    told to every listener, in order, each move one ``state.TRANSITIONS`` allows."""
+    from dsv41_flags.state import may_move
+
+    demo.feature("wrap_step", WRAP, live=True)
     kit = dsv41_flags_runtime
     rt = kit.activate({"wrap_step": True}, features_dir=demo.dir)
     seen = []
-    rt.state_listeners.append(lambda st: seen.append((st.name, st.state)))
+    rt.state_listeners.append(lambda st: seen.append((st.state, st.value)))
     rt.state_listeners.append(lambda st: 1 / 0)
     mod = __import__(demo.name)                       # installed after the listeners came
-    assert ("wrap_step", "installed") in seen
     assert mod.Engine().step()[0] == "wrapped"
-    assert {s.name: s.state for s in rt.states()}["wrap_step"] == "installed"
+    rt.switch("wrap_step", False, requested_by="test")
+    assert mod.Engine().step()[0] == "step"
+    rt.switch("wrap_step", True, requested_by="test")
+    mod.Engine.step = lambda self, **kw: "someone else"
+    rt.audit()
+    assert seen == [("installed", True), ("bypassed", False), ("installed", True), ("lost", True)]
+    assert all(may_move(a, b) for (a, _), (b, _) in zip([("armed", True)] + seen, seen))
+    assert {s.name: s.state for s in rt.states()}["wrap_step"] == "lost"
     failed = [e for e in kit.events("flags.listener_failed") if e["feature"] == "wrap_step"]
-    assert failed and "ZeroDivisionError" in failed[0]["error"]
+    assert len(failed) == 4 and "ZeroDivisionError" in failed[0]["error"]
+
+
+def test_a_move_the_transitions_do_not_allow_is_a_framework_error(demo, make_runtime):
+    """``Runtime._move`` is the one way a state changes: a move ``state.TRANSITIONS`` does not
+    allow raises StateError naming the feature and both states, and nothing is recorded."""
+    from dsv41_flags.errors import FlagsError, StateError
+
+    demo.feature("wrap_step", WRAP)
+    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
+    rt.arm()
+    __import__(demo.name)
+    seen = []
+    rt.state_listeners.append(seen.append)
+    with pytest.raises(StateError, match="'wrap_step' cannot move from installed to armed") as exc:
+        rt._move(rt.features["wrap_step"], "armed")
+    assert isinstance(exc.value, FlagsError) and "bypassed, lost, uninstalled" in str(exc.value)
+    assert {s.name: s.state for s in rt.states()}["wrap_step"] == "installed" and seen == []
 
 
 def test_armed_means_a_hook_is_registered(project):
@@ -269,8 +296,6 @@ def test_armed_means_a_hook_is_registered(project):
 
 
 def test_audit_reports_an_imported_but_never_installed_target_as_missed(project):
-    from dsv41_flags.runtime import FeatureState
-
     rt = parent(project)
     rt.arm()
     import importlib
@@ -279,7 +304,6 @@ def test_audit_reports_an_imported_but_never_installed_target_as_missed(project)
     try:
         # the hook is registered; pretend it never fired: the target imported, state still armed
         rt._disarmed.add("x")  # unrelated name: our feature is not disarmed
-        rt._states["demo_patch"] = FeatureState("demo_patch", "armed", True, "env", project.target)
         import wrapt
         wrapt.importer._post_import_hooks.pop(project.target, None)
         importlib.import_module(project.target)

@@ -17,7 +17,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from dsv41_flags.cli.output import (EX_IOERR, STREAM_ERRNOS, console, emit_json, err,
                                     finish_streams, mend_streams, out, report_lost, safe)
-from dsv41_flags.drift import fixed_upstream, split_verdicts, verdicts_by_import
+from dsv41_flags.drift import Presence, fixed_upstream, split_verdicts, verdicts_by_import
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.text import quoted
 from dsv41_flags.names import RESERVED, suggest
@@ -27,8 +27,8 @@ from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.assembly import resolve_launch
 from dsv41_flags.runtime import Runtime
 from dsv41_flags.resolution import _jsonable
-from dsv41_flags.state import blocks_boot
-from dsv41_flags.status import preview
+from dsv41_flags.state import Cell, State, blocks_boot
+from dsv41_flags.status import FeatureStatus, preview
 
 
 class _Group(TyperGroup):
@@ -248,7 +248,8 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     rows = _feature_rows(features, resolution, fdir, fp)
     data = {"profile": resolution.profile, "settings_files": list(resolution.files),
             "features_dir": str(fdir), "fingerprint": fp.digest,
-            "fingerprint_for": {"argv": launch, "label": fp_for}, "features": rows,
+            "fingerprint_for": {"argv": launch, "label": fp_for},
+            "features": [row.model_dump(mode="json") for row in rows],
             "warnings": [p.message for p in resolution.warnings], "notes": list(resolution.notes)}
     blockers = _boot_blockers(rows, resolution)
     if as_json:
@@ -258,28 +259,28 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
               highlight=False)
     for row in rows:
-        ok = "; ".join(([f"missing: {'; '.join(row['missing'])}"] if row["missing"] else []) +
-                       ([f"undecided: {'; '.join(row['undecided'])}"] if row["undecided"] else [])) \
-            or ("ok" if row["target_found"] else "no source")
-        out.print(f"  {row['name']:<16} {row['state']:<14} {str(row['value']):<6} "
-                  f"{'live' if row['live'] else 'boot':<5} from {row['source']}", highlight=False)
-        for name, o in row["options"].items():
-            out.print(f"      option {name} = {o['value']!r}  from {o['source']}", highlight=False)
-        engine = (f"{row['engine']}, installed {row['engine_version'] or 'none'}" if row["engine"]
+        ok = "; ".join(([f"missing: {'; '.join(row.missing)}"] if row.missing else []) +
+                       ([f"undecided: {'; '.join(row.undecided)}"] if row.undecided else [])) \
+            or (Presence.OK if row.target_found else "no source")
+        out.print(f"  {row.name:<16} {row.state:<14} {str(row.value):<6} "
+                  f"{'live' if row.live else 'boot':<5} from {row.source}", highlight=False)
+        for name, o in row.options.items():
+            out.print(f"      option {name} = {o.value!r}  from {o.source}", highlight=False)
+        engine = (f"{row.engine}, installed {row.engine_version or 'none'}" if row.engine
                   else "no engine range")
-        out.print(f"      target {row['target']} [{engine}]: {ok}", highlight=False)
+        out.print(f"      target {row.target} [{engine}]: {ok}", highlight=False)
     for w in data["warnings"]:
         err.print(f"warning: {w}", style="yellow")
     for n in data["notes"]:
         err.print(f"note: {n}")
-    if any(row["undecided"] for row in rows):
+    if any(row.undecided for row in rows):
         err.print(_UNDECIDED_NOTE)
     if blockers:
         _print_blockers(blockers)
         raise typer.Exit(1)
 
 
-def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -> list[dict]:
+def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -> list[FeatureStatus]:
     """Per feature, what ``status`` shows: the state a boot would reach before importing targets
     (decided by the runtime's rules, ``Runtime.preview``), flag value and source, ``options``
     (name -> {value, source}), target, engine range and installed version, static drift
@@ -297,15 +298,15 @@ _UNDECIDED_NOTE = ("note: an undecided requirement is not drift: the live check 
                    "target is imported (`dsv41-flags check --import` decides it now)")
 
 
-def _boot_blockers(rows: list[dict], resolution) -> list[dict]:
+def _boot_blockers(rows: list[FeatureStatus], resolution) -> list[FeatureStatus]:
     """The rows of features whose state stops a boot (``state.blocks_boot``)."""
-    return [r for r in rows if blocks_boot(r["state"], resolution.strict)]
+    return [r for r in rows if blocks_boot(r.state, resolution.strict)]
 
 
-def _print_blockers(blockers: list[dict]) -> None:
+def _print_blockers(blockers: list[FeatureStatus]) -> None:
     for r in blockers:
-        err.print(f"error: feature {r['name']!r}: target {r['target']} drifted: missing "
-                  f"{'; '.join(r['missing'])}", style="red", highlight=False)
+        err.print(f"error: feature {r.name!r}: target {r.target} drifted: missing "
+                  f"{'; '.join(r.missing)}", style="red", highlight=False)
     err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
 
 
@@ -375,13 +376,13 @@ def _drift_problems(features, resolution, fdir) -> list:
     from dsv41_flags.errors import Problem
 
     return [Problem("DRIFT", f"profile {resolution.profile}",
-                    f"feature {r['name']!r} is armed in profile {resolution.profile} but its target "
-                    f"{r['target']} drifted: missing {'; '.join(r['missing'])}"
+                    f"feature {r.name!r} is armed in profile {resolution.profile} but its target "
+                    f"{r.target} drifted: missing {'; '.join(r.missing)}"
                     + (" (strict mode: a boot would stop)" if resolution.strict else ""),
                     "error" if resolution.strict else "warning")
             for r in _feature_rows(features, resolution, fdir,
                                    compute(resolution, features, [], os.environ), armed_only=True)
-            if r["state"] == "drifted"]
+            if r.state == State.DRIFTED]
 
 
 @app.command(cls=_Command, short_help="Where a key's value comes from; the feature's declaration.")
@@ -486,9 +487,9 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
 
 def _kind_of(option) -> tuple:
     """``(kind, caster)`` of a feature key: its flag (``option`` None) or an option."""
-    from dsv41_flags.values import cast_bool
+    from dsv41_flags.values import Kind, cast_bool
 
-    return ("bool", cast_bool) if option is None else (option.kind, option.cast)
+    return (Kind.BOOL, cast_bool) if option is None else (option.kind, option.cast)
 
 
 def _explained(resolved, kind: str, caster) -> dict:
@@ -694,10 +695,10 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
         for r in results:
             line = "; ".join(([f"DRIFT: {', '.join(r['missing'])}"] if r["missing"] else []) +
                              ([f"UNDECIDED: {', '.join(r['undecided'])}"] if r["undecided"] else [])) \
-                or "ok"
+                or Presence.OK
             out.print(f"{r['feature']:20} {r['target']}  {line}")
             for v in r["verdicts"]:
-                if v["verdict"] != "ok":
+                if v["verdict"] != Presence.OK:
                     hint = f"; closest: {v['closest']}" if v["closest"] else ""
                     out.print(f"    {v['verdict']:9} {v['requirement']}: {v['why']}{hint}")
         if not results:
@@ -710,14 +711,14 @@ def check(all_: bool = typer.Option(False, "--all", help="Check every feature, n
 def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
     """The upgrade gate: a matrix of features x releases (see ``_gate``); exit 1 when a chosen
     feature would not install on a named release."""
-    from dsv41_flags.upgrade_gate.matrix import FAILING, matrix
+    from dsv41_flags.upgrade_gate.matrix import matrix
     from dsv41_flags.upgrade_gate.releases import open_release
 
     engines = tuple(dict.fromkeys(f.engine_requirement.name for f in chosen if f.engine))
     tops = tuple(dict.fromkeys(f.target.split(".")[0] for f in chosen))
     releases = [open_release(s, engines, tops) for s in specs]
     rows = matrix(chosen, releases)
-    ok = not any(c["state"] in FAILING for r in rows for c in r["cells"])
+    ok = not any(c["state"].failing for r in rows for c in r["cells"])
     if as_json:
         emit_json({"ok": ok, "mode": "releases",
                     "releases": [{"spec": r.spec, "label": r.label, "name": r.name,
@@ -732,7 +733,7 @@ def _check_releases(chosen, specs: list[str], as_json: bool) -> None:
     table.add_column("feature", no_wrap=True)
     for r in releases:
         table.add_column(safe(r.label), overflow="fold")
-    styles = {"ok": "green", "fixed-upstream": "cyan", "n/a": "dim"}
+    styles = {Cell.OK: "green", Cell.FIXED_UPSTREAM: "cyan", Cell.NOT_APPLICABLE: "dim"}
     for row in rows:
         table.add_row(safe(row["feature"]), *[
             Text.assemble(safe(c["state"], styles.get(c["state"], "red")), "\n", safe(c["detail"]))

@@ -3,9 +3,9 @@ live switches. The transport is the engine adapter's (``remote_switch`` / ``remo
 bounded by ``dsv41_flags.engines.http_client``); this module checks what the server answers and
 prints it.
 
-Nothing from the server is trusted: every answer is validated against the shapes below
-(``SetAnswer``, ``StatusAnswer``: types, required fields, text and list sizes) before anything
-is printed or counted, and one that does not fit is one clear line (``--json``: ``{"ok": false,
+Nothing from the server is trusted: every answer is validated (``Applied`` / ``Refusal`` below,
+the status record's ``status.StatusAnswer``: types, required fields, text and list sizes, in the
+``status.WIRE`` context) before anything is printed or counted, and one that does not fit is one clear line (``--json``: ``{"ok": false,
 "error"}``) and exit 1. Human output goes through ``dsv41_flags.cli.output`` (escaped, never
 markup). The API key (``--api-key`` or ``DSV41_API_KEY``) is sent as a bearer key and shown
 nowhere.
@@ -17,7 +17,7 @@ import socket
 from typing import Annotated, Any, Callable, Optional
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import Field, StrictBool, ValidationError
 
 from dsv41_flags.secrecy import MASK, masked_url
 from dsv41_flags.text import quoted
@@ -25,82 +25,13 @@ from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.engine import adapter
 from dsv41_flags.engines.http_client import Refused
 from dsv41_flags.live import SwitchError, check_requested_by, parse_assignment, parse_value
+from dsv41_flags.status import LIST_MAX, WIRE, Count, RankId, Record, StatusAnswer, Text
 
 #: the variable ``--api-key`` defaults to (kept out of shell history)
 API_KEY_VAR = "DSV41_API_KEY"
 #: default overall deadline of one call (connect + read), seconds: the server's own RPC wait
 #: (60 s) and a margin
 DEFAULT_TIMEOUT_S = 65.0
-#: longest text field and list accepted in an answer
-TEXT_MAX = 4096
-LIST_MAX = 4096
-
-Text = Annotated[StrictStr, Field(max_length=TEXT_MAX)]
-Count = Annotated[StrictInt, Field(ge=0)]
-
-
-class _Shape(BaseModel):
-    """A JSON object from the server: the fields below are checked, others are kept as sent."""
-
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-
-
-class RankId(_Shape):
-    """Who a rank is: its ranks (absent or null when unknown) and pid."""
-
-    tp_rank: Optional[Count] = None
-    pp_rank: Optional[Count] = None
-    dp_rank: Optional[Count] = None
-    pid: Count
-
-
-class FeatureRow(_Shape):
-    """One feature as a rank reports it."""
-
-    name: Text
-    state: Text
-    value: Optional[StrictBool] = None
-    live: StrictBool = False
-    source: Text = ""
-
-
-class Switch(_Shape):
-    """One applied switch of a rank's history (``live.Toggle.to_dict``)."""
-
-    feature: Text
-    old: StrictBool
-    new: StrictBool
-    generation: Count
-    requested_by: Text = ""
-    step: Optional[Count] = None
-    at: Text = ""
-
-
-class Serving(_Shape):
-    """What a serving rank has in effect (``engines.sglang.rpc.serving_report``)."""
-
-    installed: Annotated[list[Text], Field(max_length=LIST_MAX)] = []
-    pending: Annotated[list[Text], Field(max_length=LIST_MAX)] = []
-    other: Annotated[dict[Text, Text], Field(max_length=LIST_MAX)] = {}
-
-
-class RankStatus(RankId):
-    """One scheduler rank's status (``live.process_status``)."""
-
-    generation: Count
-    step: Optional[Count] = None
-    profile: Text = ""
-    features: Annotated[list[FeatureRow], Field(max_length=LIST_MAX)]
-    switches: Annotated[list[Switch], Field(max_length=LIST_MAX)] = []
-    serving: Optional[Serving] = None
-
-
-class StatusAnswer(_Shape):
-    """``GET /dsv41_flags/status``: ``{ok, ranks, server?, error?}``."""
-
-    ok: StrictBool
-    ranks: Annotated[list[RankStatus], Field(max_length=LIST_MAX)] = []
-    error: Text = ""
 
 
 class RankApplied(RankId):
@@ -112,7 +43,7 @@ class RankApplied(RankId):
     reason: Text = ""
 
 
-class Applied(_Shape):
+class Applied(Record):
     """``POST /dsv41_flags/set`` answered ``ok: true``: the switch and every rank's outcome."""
 
     ok: StrictBool
@@ -124,7 +55,7 @@ class Applied(_Shape):
     ranks: Annotated[list[RankApplied], Field(min_length=1, max_length=LIST_MAX)]
 
 
-class Refusal(_Shape):
+class Refusal(Record):
     """``POST /dsv41_flags/set`` answered ``ok: false``: why."""
 
     ok: StrictBool
@@ -265,7 +196,7 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
         _fail(error, as_json, emit_json, feature=name)
     try:
         ok = isinstance(data, dict) and data.get("ok") is True
-        answer = Applied.model_validate(data) if ok else Refusal.model_validate(data)
+        answer = (Applied if ok else Refusal).model_validate(data, context=WIRE)
     except ValidationError as exc:
         _fail(_invalid("switch", exc), as_json, emit_json, feature=name)
     if as_json:
@@ -297,7 +228,7 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
     if error:
         _fail(error, as_json, emit_json, ranks=[], generations_agree=None)
     try:
-        answer = StatusAnswer.model_validate(data)
+        answer = StatusAnswer.model_validate(data, context=WIRE)
     except ValidationError as exc:
         _fail(_invalid("status", exc), as_json, emit_json, ranks=[], generations_agree=None)
     ranks = answer.ranks
@@ -315,9 +246,8 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                     "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
                                                                for r in ranks))
             out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
-            server = data.get("server") if isinstance(data, dict) else None
-            if isinstance(server, dict) and isinstance(server.get("pid"), int):
-                out.print(f"  server  pid {server['pid']}  (HTTP process: not switched, live "
+            if answer.server is not None:
+                out.print(f"  server  pid {answer.server.pid}  (HTTP process: not switched, live "
                           f"patches run in the schedulers)")
         for r in ranks:
             out.print(f"  {_rank(r)}  pid {r.pid}  step {r.step}  generation {r.generation}  "

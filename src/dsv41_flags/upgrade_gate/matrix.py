@@ -1,7 +1,7 @@
 """The upgrade gate: would each feature install on an engine release that is not installed?
 One cell per feature and release, from the release's source (no install, no import).
 
-Cell states, first match wins:
+Cell states (``dsv41_flags.state.Cell``), first match wins:
 
 - ``unreadable``: the release, or a source of it that a requirement needs, could not be read or
   parsed (why; whatever the reader or parser raised);
@@ -12,7 +12,7 @@ Cell states, first match wins:
 - ``out-of-range``: the structure is there, the version is outside the feature's ``engine``;
 - ``ok``.
 
-A feature "would not install" on a release (``FAILING``) for drifted, undecided, out-of-range
+A feature "would not install" on a release (``Cell.failing``) for drifted, undecided, out-of-range
 and unreadable.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.state import FAILING  # noqa: F401  (the cells' words: dsv41_flags.state.Cell)
+from dsv41_flags.drift import Presence
+from dsv41_flags.state import Cell
 from dsv41_flags.upgrade_gate.releases import Release
 from dsv41_flags.upgrade_gate.static_check import Checker
 from dsv41_flags.text import exception_text
@@ -31,63 +32,62 @@ from dsv41_flags.text import exception_text
 def cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
     """The gate's cell for ``feature`` on ``release``: ``{"release", "version", "state",
     "detail", "missing", "undecided", "verdicts"}``. ``missing`` and ``undecided`` are the lists
-    of a ``status`` row (``status.feature_record``): the drift found (with the closest name) and
+    of a status record (``status.FeatureStatus``): the drift found (with the closest name) and
     what the static check could not decide; verdicts: one per requires entry (``Verdict``).
     ``checker`` reads ``release.view`` (None when the release is unreadable). Never raises: a
     failure of the check itself is an ``unreadable`` cell naming it."""
-    try:
-        return _cell(feature, release, checker)
-    except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
-        return {"release": release.label, "version": release.version, "state": "unreadable",
-                "detail": f"the check failed: {exception_text(exc)}", "missing": [],
-                "undecided": [], "verdicts": []}
-
-
-def _cell(feature: Feature, release: Release, checker: Checker | None) -> dict:
-    out = {"release": release.label, "version": release.version, "state": "", "detail": "",
+    out = {"release": release.label, "version": release.version, "state": Cell.OK, "detail": "",
            "missing": [], "undecided": [], "verdicts": []}
+    try:
+        return _cell(feature, release, checker, out)
+    except Exception as exc:  # noqa: BLE001 - the promise: a cell says why, never a traceback
+        return {**out, "state": Cell.UNREADABLE, "detail": f"the check failed: {exception_text(exc)}"}
+
+
+def _cell(feature: Feature, release: Release, checker: Checker | None, out: dict) -> dict:
+    out = dict(out)  # the caller's stays as it was, for an unreadable cell
     if release.error or checker is None:
-        return {**out, "state": "unreadable", "detail": release.error or "no source"}
+        return {**out, "state": Cell.UNREADABLE, "detail": release.error or "no source"}
     if not feature.engine:
-        return {**out, "state": "n/a", "detail": f"{feature.name} declares no engine"}
+        return {**out, "state": Cell.NOT_APPLICABLE, "detail": f"{feature.name} declares no engine"}
     engine = feature.engine_requirement
     if release.name and canonicalize_name(engine.name) != release.name:
-        return {**out, "state": "n/a", "detail": f"{feature.name} targets {engine.name}"}
+        return {**out, "state": Cell.NOT_APPLICABLE, "detail": f"{feature.name} targets {engine.name}"}
     try:
         version = Version(release.version) if release.version else None
     except InvalidVersion:
-        return {**out, "state": "unreadable", "detail": f"unparseable version {release.version!r}"}
+        return {**out, "state": Cell.UNREADABLE, "detail": f"unparseable version {release.version!r}"}
     if version is not None and feature.fixed_in and \
             SpecifierSet(feature.fixed_in).contains(version, prereleases=True):
-        return {**out, "state": "fixed-upstream",
+        return {**out, "state": Cell.FIXED_UPSTREAM,
                 "detail": f"{release.version} is in fixed_in {feature.fixed_in}: upstream carries "
                           f"the fix ({', '.join(feature.refs) or 'no refs'})"}
     top = feature.target.split(".")[0]
     if not checker.view.owns(top):  # never answered from the installed environment instead
         piece = f"module {feature.target}"
-        return {**out, "state": "drifted", "missing": [piece],
+        return {**out, "state": Cell.DRIFTED, "missing": [piece],
                 "detail": f"missing: {piece} (the release has no package {top})",
-                "verdicts": [{"requirement": r, "verdict": "missing", "piece": piece, "closest": "",
+                "verdicts": [{"requirement": r, "verdict": Presence.MISSING, "piece": piece, "closest": "",
                               "why": f"the release has no package {top}"} for r in feature.requires]}
     result = checker.check(feature)
     out["verdicts"] = [v.to_dict() for v in result.verdicts]
     if result.unreadable and not result.ok:
-        return {**out, "state": "unreadable", "detail": "; ".join(result.unreadable)}
-    missing = [v for v in result.verdicts if v.verdict == "missing"]
-    undecided = [v for v in result.verdicts if v.verdict == "undecided"]
+        return {**out, "state": Cell.UNREADABLE, "detail": "; ".join(result.unreadable)}
+    missing = [v for v in result.verdicts if v.verdict == Presence.MISSING]
+    undecided = [v for v in result.verdicts if v.verdict == Presence.UNDECIDED]
     in_range = version is not None and engine.specifier.contains(version, prereleases=True)
     range_note = "" if in_range else (f"version unknown, range {feature.engine}" if version is None
                                       else f"{release.version} is outside {feature.engine}")
     if missing or undecided:
         out["missing"] = list(dict.fromkeys(v.describe(closest=True) for v in missing))
         out["undecided"] = list(dict.fromkeys(v.describe() for v in undecided))
-        state = "drifted" if missing else "undecided"
+        state = Cell.DRIFTED if missing else Cell.UNDECIDED
         detail = "; ".join(([f"missing: {'; '.join(out['missing'])}"] if missing else [])
                            + out["undecided"])
         return {**out, "state": state, "detail": detail + (f" ({range_note})" if range_note else "")}
     if not in_range:
-        return {**out, "state": "out-of-range", "detail": f"{range_note}; structure ok"}
-    return {**out, "state": "ok", "detail": f"structure ok, {release.version} in {feature.engine}"}
+        return {**out, "state": Cell.OUT_OF_RANGE, "detail": f"{range_note}; structure ok"}
+    return {**out, "detail": f"structure ok, {release.version} in {feature.engine}"}
 
 
 def matrix(features: list[Feature], releases: list[Release]) -> list[dict]:

@@ -277,7 +277,7 @@ def install_http_routes(rt, module) -> None:
             data = _merge(answers)
         except SwitchError as exc:
             data = {"ok": False, "error": str(exc), "ranks": []}
-        data["server"] = process_status(rt)
+        data["server"] = process_status(rt).model_dump(mode="json")
         import dsv41_flags.engines.sglang.peers as peers
 
         others = await asyncio.to_thread(peers.call_all, rt, {"phase": "status"})

@@ -13,8 +13,10 @@ processes; the rank labels keep every rank's apart):
   current state on that rank, 0 for a state it had before;
 - ``dsv41_flags_generation{tp_rank, pp_rank, dp_rank}``: the rank's live generation.
 
-``update(rt)`` refreshes both: when the scheduler starts serving (after its installs), at every
-state change from then on (a late install, a switch, a rollback) and on every status request. A rank label unknown here is ``"0"``.
+``update(rt)`` refreshes both from the runtime's status records (``Runtime.states``): when the
+scheduler starts serving (after its installs), then as a ``Runtime.state_listeners`` callback at
+every state change (a late install, a switch, a rollback, an audit's finding). A rank label
+unknown here is ``"0"``.
 Nothing is written when sglang's metrics are off or prometheus_client is not installed.
 """
 from __future__ import annotations

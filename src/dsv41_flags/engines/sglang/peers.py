@@ -77,7 +77,7 @@ def answer(rt, request: dict) -> dict:
     phase = request.get("phase")
     try:
         if phase == "status":
-            return {"ok": True, **process_status(rt)}
+            return {"ok": True, **process_status(rt).model_dump(mode="json")}
         if phase not in PHASES:
             raise SwitchError(f"phase {str(phase)[:20]!r} is not one of {', '.join(PHASES)}")
         name, value = request.get("name"), request.get("value")

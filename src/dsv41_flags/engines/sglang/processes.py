@@ -137,7 +137,7 @@ SERVING_TARGET = "sglang.srt.managers.scheduler.Scheduler.run_event_loop"
 
 
 def on_serving(rt) -> bool:
-    """Emit ``flags.serving`` (``serving_report`` fields) once, when this scheduler starts its
+    """Emit ``flags.serving`` (``status.serving`` fields) once, when this scheduler starts its
     event loop: a BEFORE hook on ``SERVING_TARGET`` through sglang's HookRegistry (applied by
     ``load_plugins()`` right after the plugins ran). From then on the metrics gauges follow every
     state change (``Runtime.state_listeners``: a target imported while serving installs and
@@ -155,9 +155,9 @@ def on_serving(rt) -> bool:
         if not rt.live.transport.get("serving_reported"):
             rt.live.transport["serving_reported"] = True
             from dsv41_flags.engines.sglang.metrics import update_safely
-            from dsv41_flags.engines.sglang.rpc import serving_report
+            from dsv41_flags.status import serving
 
-            rt.log.info("flags.serving", **serving_report(rt))
+            rt.log.info("flags.serving", **serving(rt).model_dump(mode="json"))
             update_safely(rt)
             rt.state_listeners.append(lambda st: update_safely(rt))  # late installs too
         return None

@@ -51,7 +51,7 @@ from typing import Any
 
 from dsv41_flags.errors import FlagsError
 from dsv41_flags.live import BUILTIN, SwitchError, check_requested_by, feature_name
-from dsv41_flags.status import process_status
+from dsv41_flags.status import process_status, serving
 from dsv41_flags.text import exception_text
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
@@ -191,10 +191,9 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
         rt.log.error("feature.toggle_refused", feature=name, value=value, requested_by=requested_by,
                      request_id=request_id, step=step, generation=rt.live.generation,
                      reason="; ".join(problems))
-        if phase == "check":
-            _answer(rt, {"ok": False, **base, "error": message, "ranks": votes})
-            return
         _answer(rt, {"ok": False, **base, "error": message, "ranks": votes})
+        if phase == "check":
+            return
         raise SwitchError(message)
     if phase == "check":                                          # the votes only
         unchanged = all(v["old"] == v["new"] for v in votes)
@@ -223,31 +222,14 @@ def scheduler_set(self, name: str, value: Any = None, requested_by: str = "", re
                  "ranks": results})
 
 
-def serving_report(rt) -> dict:
-    """Which armed features are in effect in this process: ``{"installed": [names],
-    "pending": [names whose target was never imported here (state ``armed`` or ``pending``)],
-    "other": {name: state}}`` (drifted, failed, ...)."""
-    states = {s.name: s.state for s in rt.states()}
-    report: dict = {"installed": [], "pending": [], "other": {}}
-    for feature in rt.armed():
-        state = states.get(feature.name, "not-armed")
-        if state == "installed":
-            report["installed"].append(feature.name)
-        elif state in ("armed", "pending"):
-            report["pending"].append(feature.name)
-        else:
-            report["other"][feature.name] = state
-    return report
-
-
 def scheduler_status(self, request_id: str = ""):
     """``Scheduler.dsv41_flags_status``: every rank of the TP group all-gathers its
     ``process_status`` (plus ``step`` = ``forward_ct``); answers ``{ok, request_id, groups,
     ranks: [...]}``."""
     rt = _runtime()
     group = _cpu_group(self)
-    me = process_status(rt, step=getattr(self, "forward_ct", None), serving=serving_report(rt),
-                        **_who(rt, group, self))
+    me = process_status(rt, step=getattr(self, "forward_ct", None), serving=serving(rt),
+                        **_who(rt, group, self)).model_dump(mode="json")
     _answer(rt, {"ok": True, "request_id": request_id, "groups": _groups(),
                  "ranks": _all_gather(me, group)})
 
@@ -268,10 +250,7 @@ def _groups() -> int:
 
 
 def _answer(rt, data: dict) -> None:
-    from dsv41_flags.engines.sglang.metrics import update_safely
-
     rt.live.reply = json.dumps(data, default=str)
-    update_safely(rt)   # after every switch, rollback and status: the gauges follow
 
 
 def _group_entry(scheduler) -> bool:
