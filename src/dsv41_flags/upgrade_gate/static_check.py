@@ -41,6 +41,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from dsv41_flags.declare import Feature
 from dsv41_flags.requires import Require
 from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
@@ -102,6 +104,51 @@ print(json.dumps({"names": names, "closed": "__getattr__" not in vars(m), "file"
                   "all": [a for a in listed if isinstance(a, str)]
                   if isinstance(listed, (list, tuple)) else None}))
 """
+
+
+#: how long the import probe of one module of a dependency may take (seconds): importing torch
+#: takes about 3 s here, a heavy dependency tens of seconds
+PROBE_TIMEOUT_S = 120
+#: the child interpreter of ``Checker.probe``: imports the module named by argv[1] and prints
+#: its file and the live verdict (``drift.verdicts_on``, the boot's own rule) of every
+#: requirement text of argv[2:], as JSON
+_PROBE = r"""
+import importlib, json, sys
+from packaging.utils import canonicalize_name
+
+from dsv41_flags.declare import Feature
+from dsv41_flags.drift import verdicts_on
+m = importlib.import_module(sys.argv[1])
+f = Feature(name="probe", target=sys.argv[1], install=lambda m, c: None, summary="probe",
+            requires=tuple(sys.argv[2:]), engine="")
+print(json.dumps({"file": getattr(m, "__file__", None),
+                  "verdicts": [v.to_dict() for v in verdicts_on(f, m)]}))
+"""
+
+
+def _child(program: str, args: list[str], timeout_s: float) -> dict | str:
+    """Run ``program`` in a child interpreter with this one's ``sys.path`` and no stdin, within
+    ``timeout_s``: the JSON object of its last line of output, or why there is none."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if isinstance(p, str))}
+    try:
+        proc = subprocess.run([sys.executable, "-c", program, *args], capture_output=True,
+                              text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired:
+        return f"importing {args[0]} did not finish within {timeout_s} s"
+    except OSError as exc:
+        return f"cannot start {sys.executable}: {exc.strerror or exc}"
+    try:
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return data
+    except (ValueError, IndexError):
+        last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        return f"importing {args[0]} failed: {last[0][:300]}"
 
 
 def parse_source(data: bytes, filename: str) -> ast.Module:
@@ -413,11 +460,18 @@ class Checker:
     ``live_extensions``: a compiled extension module of the installed environment, whose names
     are in no source, is imported in a child process and its names looked at live
     (``look_live``); without it they are undecided.
+    ``probe``: requirements the source leaves undecided on a target of an installed dependency
+    (not the engine) are decided by importing that target in a child process (``probe``); off,
+    they stay undecided.
     """
 
-    def __init__(self, view: SourceView | None = None, *, live_extensions: bool = False) -> None:
+    def __init__(self, view: SourceView | None = None, *, live_extensions: bool = False,
+                 probe: bool = True) -> None:
         self.view = view or InstalledView()
         self.live_extensions = live_extensions
+        self.probing = probe
+        self._probed: dict[tuple[str, str], Verdict | str] = {}
+        self._distributions: dict[str, list[str]] | None = None
         self._installed = InstalledView()
         self._infos: dict[str, _ModInfo | Exception | None] = {}
         #: why each source looked at since the last ``check`` began could not be read or parsed
@@ -485,29 +539,88 @@ class Checker:
         ``{"names": {name: {"params", "attrs", "closed"}}, "all", "closed", "file"}`` (see
         ``_LOOK``), or why the look failed (also when the child imported another file than
         ``key``)."""
-        import json
         import os
-        import subprocess
 
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if isinstance(p, str))}
-        try:
-            proc = subprocess.run([sys.executable, "-c", _LOOK, module], capture_output=True,
-                                  text=True, timeout=EXTENSION_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                                  env=env)
-        except subprocess.TimeoutExpired:
-            return f"importing {module} did not finish within {EXTENSION_TIMEOUT_S} s"
-        except OSError as exc:
-            return f"cannot start {sys.executable}: {exc.strerror or exc}"
-        try:
-            data = json.loads(proc.stdout.strip().splitlines()[-1])
-            if not isinstance(data.get("names"), dict):
-                raise ValueError("no names")
-        except (ValueError, IndexError, AttributeError):
-            last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-            return f"importing {module} failed: {last[0][:300]}"
+        data = _child(_LOOK, [module], EXTENSION_TIMEOUT_S)
+        if isinstance(data, str):
+            return data
+        if not isinstance(data.get("names"), dict):
+            return f"importing {module} failed: the child listed no names"
         if key and os.path.realpath(str(data.get("file"))) != os.path.realpath(key):
             return f"the child imported {data.get('file')}, not {key}"
         return data
+
+    # ------------------------------------------------------------ the import probe
+    def probe_refused(self, target: str, engine: str) -> str:
+        """Why ``target`` may not be imported by the probe ("" when it may): only a module of a
+        distribution installed in this environment, found there (not in the release checked),
+        and not of ``engine`` (the engine is never imported by the static check)."""
+        top = target.split(".")[0]
+        if not self.probing:
+            return "the import probe is off"
+        if not isinstance(self.view, InstalledView) and self.view.owns(top):
+            return f"{top} is in the release checked: a release is never imported"
+        if self._distributions is None:
+            import importlib.metadata
+
+            self._distributions = importlib.metadata.packages_distributions()
+        dists = self._distributions.get(top, [])
+        if not dists:
+            return f"{top} is not a package of an installed distribution"
+        if not engine or canonicalize_name(engine) in {canonicalize_name(d) for d in dists}:
+            return f"{top} is the engine's ({engine or 'unknown engine'}): never imported here"
+        return ""
+
+    def probe(self, target: str, texts: list[str], key: str = "") -> list[Verdict] | str:
+        """The live verdict (``drift.verdicts_on``, the boot's own rule) of each requirement text
+        on module ``target`` of the installed environment, imported in a child interpreter
+        within ``PROBE_TIMEOUT_S``; or why the probe failed (also when the child imported
+        another file than ``key``). Results are kept per checker."""
+        import os
+
+        todo = [t for t in dict.fromkeys(texts) if (target, t) not in self._probed]
+        if todo:
+            data = _child(_PROBE, [target, *todo], PROBE_TIMEOUT_S)
+            if isinstance(data, dict) and key and \
+                    os.path.realpath(str(data.get("file"))) != os.path.realpath(key):
+                data = f"the child imported {data.get('file')}, not {key}"
+            got = data.get("verdicts") if isinstance(data, dict) else None
+            if isinstance(data, dict) and not (isinstance(got, list) and len(got) == len(todo)):
+                data = f"importing {target} gave no verdicts"
+            for i, text in enumerate(todo):
+                self._probed[target, text] = data if isinstance(data, str) else Verdict(**got[i])
+        out = [self._probed[target, t] for t in texts]
+        failed = next((r for r in out if isinstance(r, str)), None)
+        return failed if failed is not None else out
+
+    def _decided_by_probe(self, target: str, verdicts: list[Verdict], engine: str) -> list[Verdict]:
+        """``verdicts`` with every one the source left undecided (and the live check would not
+        refuse anyway) replaced by the probe's live verdict, where ``probe_refused`` allows;
+        a failed probe leaves them undecided, saying why."""
+        todo = [i for i, v in enumerate(verdicts) if v.verdict == UNDECIDED and not v.stops_boot]
+        if not todo or self.probe_refused(target, engine):
+            return verdicts
+        found = self._find(target)
+        key = found[1][0] if found else ""
+        got = self.probe(target, [verdicts[i].requirement for i in todo], key)
+        out = list(verdicts)
+        for n, i in enumerate(todo):
+            v = out[i]
+            if isinstance(got, str):
+                out[i] = Verdict(v.requirement, UNDECIDED, f"{v.why}; the import probe failed: "
+                                 f"{got}", v.piece)
+            else:
+                live = got[n]
+                out[i] = Verdict(live.requirement, live.verdict, f"{live.why} ({target} imported in "
+                                 "a child process: a dependency, not the engine)", live.piece,
+                                 live.closest, live.stops_boot)
+        return out
+
+    def verdicts(self, target: str, reqs, engine: str) -> tuple[Verdict, ...]:
+        """One verdict per ``Require`` of ``reqs`` on module ``target``: from the source, then
+        the ones it leaves undecided by the import probe (see ``probe_refused``); ``engine``:
+        the distribution name of the engine (never imported)."""
+        return tuple(self._decided_by_probe(target, [self.verdict(target, r) for r in reqs], engine))
 
     def _unreadable(self, module: str, why: str) -> None:
         """Record and raise ``Unreadable(why)`` for ``module`` (every later look raises it too)."""
@@ -1212,7 +1325,7 @@ class Checker:
         Never raises: a source that cannot be read or parsed is in ``StaticResult.unreadable``
         and its verdicts are undecided ("unverifiable: why")."""
         self.failures = []
-        verdicts = tuple(self.verdict(feature.target, r) for r in feature.parsed_requires)
+        verdicts = self.verdicts(feature.target, feature.parsed_requires, _engine_of(feature))
         try:
             source = self.source_of(feature.target) if self.info(feature.target) else None
         except Exception as exc:  # noqa: BLE001 - Unreadable, or a failure of the check itself
@@ -1225,6 +1338,20 @@ class Checker:
                                 f"module {feature.target}", self._closest_module(feature.target)),)
         return StaticResult(feature.name, feature.target, source, verdicts,
                             tuple(dict.fromkeys(self.failures)))
+
+
+def _engine_of(feature: Feature) -> str:
+    """The distribution name of ``feature``'s engine: its ``engine`` range's, the installed
+    engine adapter's when not declared (None), "" when it targets no engine or no adapter
+    loads."""
+    if feature.engine is not None:
+        return feature.engine_requirement.name if feature.engine else ""
+    from dsv41_flags.engines import adapter
+
+    try:
+        return adapter().name
+    except Exception:  # noqa: BLE001 - no adapter: the engine is unknown, nothing is probed
+        return ""
 
 
 def _carried(call: ast.Call, name: str) -> frozenset | None:
