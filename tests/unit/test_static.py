@@ -150,6 +150,25 @@ def test_conditional_and_try_bindings(verdict):
         ["undecided", "ok", "undecided", "ok", "missing"]
 
 
+def test_assignment_expressions_bind_where_their_statement_runs(verdict):
+    """``if arch := env.get(): ...`` at module level binds ``arch`` whatever the branch (sglang's
+    ``model_config.external_mm_model_arch``); under ``and`` / ``or`` or in a comprehension it may
+    not run."""
+    check = verdict("""
+        import os
+        if arch := os.environ.get("A"):
+            pass
+        while (line := os.environ.get("B")) and False:
+            pass
+        if os.environ.get("C") and (late := 1):
+            pass
+        squares = [y := x for x in range(3)]
+        fn = lambda: (never := 1)
+    """)
+    assert states(check, "arch", "line", "late", "y", "never", "archh") == \
+        ["ok", "ok", "undecided", "undecided", "missing", "missing"]
+
+
 def test_annotation_only_names(verdict):
     check = verdict("""
         from dataclasses import dataclass

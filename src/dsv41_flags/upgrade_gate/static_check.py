@@ -10,7 +10,7 @@ source when it has some, else the answer is ``undecided``.
 Rules (each kind has a unit test in ``tests/unit/test_static.py``):
 
 - Module and class bodies are read in order, as Python runs them: the last binding of a name
-  wins; a name bound only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound
+  wins (an assignment expression ``:=`` in a statement's test or value binds too); a name bound only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound
   only under ``if TYPE_CHECKING:`` do not exist at run time (*missing*); ``del`` removes.
 - ``Cls.attr = ...`` / ``setattr(Cls, "attr", ...)`` at module level add ``attr`` to the class; a
   ``setattr`` with a computed name makes unknown names of that class undecided. A name rebound to
@@ -245,10 +245,41 @@ def _ends_in_raise(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Raise)
 
 
+def _walrus(node: ast.stmt) -> list[tuple[str, bool]]:
+    """The names assignment expressions (``:=``) bind in what ``node`` evaluates before its body
+    (its test, value, iterable, context managers or subject), each with whether it is bound
+    whenever ``node`` runs (False under ``and`` / ``or``, a conditional expression or a
+    comprehension, past the first operand of ``and`` / ``or``)."""
+    heads = [getattr(node, f, None) for f in ("test", "value", "iter", "subject")]
+    heads = [h for h in heads if isinstance(h, ast.expr)]
+    heads += [item.context_expr for item in getattr(node, "items", ())]
+    out: list[tuple[str, bool]] = []
+
+    def visit(e: ast.AST, certain: bool) -> None:
+        if isinstance(e, ast.Lambda):
+            return
+        if isinstance(e, ast.NamedExpr) and isinstance(e.target, ast.Name):
+            out.append((e.target.id, certain))
+        if isinstance(e, ast.BoolOp):   # the first operand always runs, the others may not
+            visit(e.values[0], certain)
+            for later in e.values[1:]:
+                visit(later, False)
+            return
+        certain = certain and not isinstance(e, (ast.IfExp, ast.ListComp, ast.SetComp,
+                                                 ast.DictComp, ast.GeneratorExp))
+        for child in ast.iter_child_nodes(e):
+            visit(child, certain)
+    for head in heads:
+        visit(head, True)
+    return out
+
+
 def _scan(body: list[ast.stmt], env: dict[str, _B], acc: _Body) -> dict[str, _B]:
     """Bindings after running ``body`` from ``env`` (a new dict; ``env`` is not changed)."""
     env = dict(env)
     for node in body:
+        for name, certain in _walrus(node):
+            env[name] = _B("yes" if certain else "maybe", node, ambiguous=True)
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             env[node.name] = _B("yes", node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
