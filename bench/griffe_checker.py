@@ -205,6 +205,8 @@ class GriffeChecker:
                 return f"__init__: {init.why}"
             if isinstance(init, _Live) and init.obj is object.__init__:
                 return [], False
+            if isinstance(init, _Live) and init.obj is type.__init__:   # a base not followed
+                return f"the constructor of {thing.path} is not in the source griffe read"
             got = self.params(init, depth + 1)
             return got if isinstance(got, str) else ([n for n in got[0] if n != "self"], got[1])
         return getattr(thing, "why", f"{type(thing).__name__} is not followed")

@@ -220,7 +220,12 @@ def main() -> int:
         view = release.view
     if args.checker == "griffe":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from griffe_checker import GriffeChecker
+        try:
+            from griffe_checker import GriffeChecker
+        except ImportError as exc:
+            sys.stderr.write(f"--checker griffe needs griffelib (pip install -r "
+                             f"requirements/bench.txt): {exc}\n")
+            return 1
 
         griffe_checker = GriffeChecker(view)
         decide = lambda module, reqs: [griffe_checker.verdict(module, r) for r in reqs]  # noqa: E731

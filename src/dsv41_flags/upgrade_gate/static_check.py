@@ -28,6 +28,13 @@ Rules (each kind has a unit test in ``tests/unit/test_static.py``):
   ``__getattr__``, ``globals()`` writes at module level, or an unresolvable ``from x import *``
   make unknown names undecided.
 - Parameters: the rule of ``_drift.param_verdict`` (``**kwargs`` alone -> undecided).
+- The import probe (``Checker.probe``): what the source leaves undecided on a target that belongs
+  to an installed distribution other than the feature's engine (torch: a compiled package with
+  a module ``__getattr__``, ``from torch._C import *`` and ``globals()`` writes) is decided by
+  importing that target in a child interpreter within ``PROBE_TIMEOUT_S`` and applying the
+  boot's own live rule (``drift.verdicts_on``). The engine, a release being checked and code of
+  no installed distribution are never imported; a probe that fails or times out leaves the
+  verdict undecided, saying why.
 """
 from __future__ import annotations
 
