@@ -30,7 +30,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("edges", {"engines.sglang", "engines.sglang.facts", "engines.sglang.processes",
                "engines.sglang.rpc", "engines.sglang.http", "engines.sglang.metrics",
                "engines.http_client", "launcher", "launcher.bootstrap.sitecustomize", "upgrade_gate",
-               "upgrade_gate.sources", "upgrade_gate.releases", "upgrade_gate.static_check",
+               "upgrade_gate.sources", "upgrade_gate.releases", "upgrade_gate.probe",
+               "upgrade_gate.static_check",
                "upgrade_gate.matrix", "cache_keeping", "testing", "cli", "cli.output", "cli.remote"}),
 ]
 

@@ -645,7 +645,7 @@ def test_a_probe_that_cannot_import_says_why():
 
 
 def test_a_child_that_does_not_finish_in_time_is_stopped():
-    from dsv41_flags.upgrade_gate.static_check import _child
+    from dsv41_flags.upgrade_gate.probe import run_child
 
-    why = _child("import time; time.sleep(60)", ["m"], 1)
+    why = run_child("import time; time.sleep(60)", ["m"], 1)
     assert why == "importing m did not finish within 1 s"

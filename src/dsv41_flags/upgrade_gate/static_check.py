@@ -28,10 +28,10 @@ Rules (each kind has a unit test in ``tests/unit/test_static.py``):
   ``__getattr__``, ``globals()`` writes at module level, or an unresolvable ``from x import *``
   make unknown names undecided.
 - Parameters: the rule of ``_drift.param_verdict`` (``**kwargs`` alone -> undecided).
-- The import probe (``Checker.probe``): what the source leaves undecided on a target that belongs
+- The import probe (``Checker.probe``, ``upgrade_gate.probe``): what the source leaves undecided on a target that belongs
   to an installed distribution other than the feature's engine (torch: a compiled package with
   a module ``__getattr__``, ``from torch._C import *`` and ``globals()`` writes) is decided by
-  importing that target in a child interpreter within ``PROBE_TIMEOUT_S`` and applying the
+  importing that target in a child interpreter within ``probe.PROBE_TIMEOUT_S`` and applying the
   boot's own live rule (``drift.verdicts_on``). The engine, a release being checked and code of
   no installed distribution are never imported; a probe that fails or times out leaves the
   verdict undecided, saying why.
@@ -53,6 +53,7 @@ from packaging.utils import canonicalize_name
 from dsv41_flags.declare import Feature
 from dsv41_flags.requires import Require
 from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
+from dsv41_flags.upgrade_gate.probe import decide, list_names
 from dsv41_flags.upgrade_gate.sources import COMPILED, InstalledView, SourceView, Unreadable
 from dsv41_flags.text import exception_text
 
@@ -77,85 +78,6 @@ _KEEPS_SIGNATURE = frozenset({
 #: 230 MB; a source of fewer bytes than this has fewer tokens and is not counted
 SOURCE_MAX_TOKENS = 250_000
 _TOKEN = re.compile(rb"\w+|[^ \t\f\r\w]")   # a name, a number, a newline or one punctuation byte
-
-
-#: how long the live look at one compiled module may take (seconds): importing it may import the
-#: engine's heavy dependencies (torch) first
-EXTENSION_TIMEOUT_S = 300
-#: the child interpreter of ``Checker.look_live``: imports the module named by argv[1] and prints
-#: its names as JSON: per name its signature (``[names, has **kwargs]`` or null) and, for a
-#: class, ``attrs`` (``dir``) and ``closed`` (no metaclass ``__getattr__``/``__getattribute__``)
-_LOOK = r"""
-import importlib, inspect, json, sys
-m = importlib.import_module(sys.argv[1])
-def params(obj):
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return None
-    return [list(sig.parameters), any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())]
-names = {}
-for n in dir(m):
-    try:
-        obj = getattr(m, n)
-    except Exception:
-        continue
-    entry = {"params": params(obj) if callable(obj) else None}
-    if isinstance(obj, type):
-        entry["attrs"] = [a for a in dir(obj) if isinstance(a, str)]
-        entry["closed"] = not any(k not in (type, object) and ("__getattr__" in vars(k) or
-                                  "__getattribute__" in vars(k)) for k in type(obj).__mro__)
-    names[n] = entry
-listed = getattr(m, "__all__", None)
-print(json.dumps({"names": names, "closed": "__getattr__" not in vars(m), "file": m.__file__,
-                  "all": [a for a in listed if isinstance(a, str)]
-                  if isinstance(listed, (list, tuple)) else None}))
-"""
-
-
-#: how long the import probe of one module of a dependency may take (seconds): importing torch
-#: takes about 3 s here, a heavy dependency tens of seconds
-PROBE_TIMEOUT_S = 120
-#: the child interpreter of ``Checker.probe``: imports the module named by argv[1] and prints
-#: its file and the live verdict (``drift.verdicts_on``, the boot's own rule) of every
-#: requirement text of argv[2:], as JSON
-_PROBE = r"""
-import importlib, json, sys
-from packaging.utils import canonicalize_name
-
-from dsv41_flags.declare import Feature
-from dsv41_flags.drift import verdicts_on
-m = importlib.import_module(sys.argv[1])
-f = Feature(name="probe", target=sys.argv[1], install=lambda m, c: None, summary="probe",
-            requires=tuple(sys.argv[2:]), engine="")
-print(json.dumps({"file": getattr(m, "__file__", None),
-                  "verdicts": [v.to_dict() for v in verdicts_on(f, m)]}))
-"""
-
-
-def _child(program: str, args: list[str], timeout_s: float) -> dict | str:
-    """Run ``program`` in a child interpreter with this one's ``sys.path`` and no stdin, within
-    ``timeout_s``: the JSON object of its last line of output, or why there is none."""
-    import json
-    import os
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if isinstance(p, str))}
-    try:
-        proc = subprocess.run([sys.executable, "-c", program, *args], capture_output=True,
-                              text=True, timeout=timeout_s, stdin=subprocess.DEVNULL, env=env)
-    except subprocess.TimeoutExpired:
-        return f"importing {args[0]} did not finish within {timeout_s} s"
-    except OSError as exc:
-        return f"cannot start {sys.executable}: {exc.strerror or exc}"
-    try:
-        data = json.loads(proc.stdout.strip().splitlines()[-1])
-        if not isinstance(data, dict):
-            raise ValueError("not an object")
-        return data
-    except (ValueError, IndexError):
-        last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        return f"importing {args[0]} failed: {last[0][:300]}"
 
 
 def parse_source(data: bytes, filename: str) -> ast.Module:
@@ -487,7 +409,7 @@ class _ModInfo:
     body: _Body
     lazy: dict[str, tuple[str, str]] | None = None  # module __getattr__: name -> (module, attr)
     lazy_exhaustive: bool = False
-    live: dict | None = None  # a compiled module looked at live (see ``Checker.look_live``)
+    live: dict | None = None  # a compiled module looked at live (``probe.list_names``)
 
 
 class Checker:
@@ -497,7 +419,7 @@ class Checker:
     top-level packages the view does not own are read from the installed environment.
     ``live_extensions``: a compiled extension module of the installed environment, whose names
     are in no source, is imported in a child process and its names looked at live
-    (``look_live``); without it they are undecided.
+    (``probe.list_names``); without it they are undecided.
     ``probe``: requirements the source leaves undecided on a target of an installed dependency
     (not the engine) are decided by importing that target in a child process (``probe``); off,
     they stay undecided.
@@ -545,7 +467,7 @@ class Checker:
             tree = ast.Module(body=[], type_ignores=[])
             acc.opened = "is a compiled extension module: its names are not in any source"
             if self.live_extensions and isinstance(view, InstalledView):
-                live = self.look_live(module, key)
+                live = list_names(module, key)
                 if isinstance(live, str):
                     acc.opened += f" (the live look failed: {live})"
                     live = None
@@ -571,23 +493,6 @@ class Checker:
         self._infos[module] = info
         return info
 
-    def look_live(self, module: str, key: str = "") -> dict | str:
-        """The names of compiled module ``module`` of the installed environment, imported in a
-        child interpreter with this one's ``sys.path`` (within ``EXTENSION_TIMEOUT_S``):
-        ``{"names": {name: {"params", "attrs", "closed"}}, "all", "closed", "file"}`` (see
-        ``_LOOK``), or why the look failed (also when the child imported another file than
-        ``key``)."""
-        import os
-
-        data = _child(_LOOK, [module], EXTENSION_TIMEOUT_S)
-        if isinstance(data, str):
-            return data
-        if not isinstance(data.get("names"), dict):
-            return f"importing {module} failed: the child listed no names"
-        if key and os.path.realpath(str(data.get("file"))) != os.path.realpath(key):
-            return f"the child imported {data.get('file')}, not {key}"
-        return data
-
     # ------------------------------------------------------------ the import probe
     def probe_refused(self, target: str, engine: str) -> str:
         """Why ``target`` may not be imported by the probe ("" when it may): only a module of a
@@ -610,23 +515,14 @@ class Checker:
         return ""
 
     def probe(self, target: str, texts: list[str], key: str = "") -> list[Verdict] | str:
-        """The live verdict (``drift.verdicts_on``, the boot's own rule) of each requirement text
-        on module ``target`` of the installed environment, imported in a child interpreter
-        within ``PROBE_TIMEOUT_S``; or why the probe failed (also when the child imported
-        another file than ``key``). Results are kept per checker."""
-        import os
-
+        """``probe.decide`` of each requirement text on ``target`` (``key``: the file the source
+        view found for it), kept per checker: a text already decided on ``target`` is not asked
+        again. Or why the probe failed."""
         todo = [t for t in dict.fromkeys(texts) if (target, t) not in self._probed]
         if todo:
-            data = _child(_PROBE, [target, *todo], PROBE_TIMEOUT_S)
-            if isinstance(data, dict) and key and \
-                    os.path.realpath(str(data.get("file"))) != os.path.realpath(key):
-                data = f"the child imported {data.get('file')}, not {key}"
-            got = data.get("verdicts") if isinstance(data, dict) else None
-            if isinstance(data, dict) and not (isinstance(got, list) and len(got) == len(todo)):
-                data = f"importing {target} gave no verdicts"
+            got = decide(target, todo, key)
             for i, text in enumerate(todo):
-                self._probed[target, text] = data if isinstance(data, str) else Verdict(**got[i])
+                self._probed[target, text] = got if isinstance(got, str) else got[i]
         out = [self._probed[target, t] for t in texts]
         failed = next((r for r in out if isinstance(r, str)), None)
         return failed if failed is not None else out
@@ -1625,9 +1521,6 @@ class StaticResult:
     def ok(self) -> bool:
         """True when every entry is decided ok."""
         return all(v.ok for v in self.verdicts)
-
-
-#: the end of ``drift.param_verdict``'s reason for a parameter only ``**kwargs`` would absorb
 
 
 def stops_a_boot(verdict: dict | Verdict) -> bool:
