@@ -13,6 +13,13 @@ when it lies inside the tree, symlinks resolved. Whatever a reader raises (``Bad
 member, ``zlib.error``, a CRC mismatch, ``EOFError``...) becomes ``Unreadable`` with the reason,
 and a release that cannot be opened is a ``Release`` with ``error``: never a traceback.
 
+A release is the distribution the checked features target or it is not read: given their
+engines, a wheel whose ``METADATA`` ``Name`` is another distribution, whose file name (PEP 427)
+says another name or version than its ``METADATA``, a requirement of another distribution (before
+any fetch) and a source tree whose ``pyproject.toml`` or ``PKG-INFO`` names another project are a
+``Release`` with ``error`` naming the file, the name found and the one expected. Names compare by
+``packaging.utils.canonicalize_name``.
+
 The cache directory is ``$XDG_CACHE_HOME/dsv41-flags/engines`` (``~/.cache/...`` when unset). A
 download goes to a temporary directory inside it and is moved in whole: never a half-written
 wheel in the cache. Nothing in the cache is ever deleted.

@@ -10,8 +10,9 @@ source when it has some, else the answer is ``undecided``.
 Rules (each kind has a unit test in ``tests/unit/test_static.py``):
 
 - Module and class bodies are read in order, as Python runs them: the last binding of a name
-  wins (an assignment expression ``:=`` in a statement's test or value binds too); a name bound only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound
-  only under ``if TYPE_CHECKING:`` do not exist at run time (*missing*); ``del`` removes.
+  wins (an assignment expression ``:=`` in a statement's test or value binds too); a name bound
+  only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound only under
+  ``if TYPE_CHECKING:`` do not exist at run time (*missing*); ``del`` removes.
 - ``Cls.attr = ...`` / ``setattr(Cls, "attr", ...)`` at module level add ``attr`` to the class; a
   ``setattr`` with a computed name makes unknown names of that class undecided. A name rebound to
   something the source cannot follow (``X = msgspec.defstruct(...)``) exists, but everything
@@ -27,14 +28,14 @@ Rules (each kind has a unit test in ``tests/unit/test_static.py``):
   ``m = _LAZY.get(name)``; ``if m is None: raise AttributeError``) is followed; any other module
   ``__getattr__``, ``globals()`` writes at module level, or an unresolvable ``from x import *``
   make unknown names undecided.
-- Parameters: the rule of ``_drift.param_verdict`` (``**kwargs`` alone -> undecided).
-- The import probe (``Checker.probe``, ``upgrade_gate.probe``): what the source leaves undecided on a target that belongs
-  to an installed distribution other than the feature's engine (torch: a compiled package with
-  a module ``__getattr__``, ``from torch._C import *`` and ``globals()`` writes) is decided by
-  importing that target in a child interpreter within ``probe.PROBE_TIMEOUT_S`` and applying the
-  boot's own live rule (``drift.verdicts_on``). The engine, a release being checked and code of
-  no installed distribution are never imported; a probe that fails or times out leaves the
-  verdict undecided, saying why.
+- Parameters: the rule of ``drift.param_verdict`` (``**kwargs`` alone -> undecided).
+- The import probe (``Checker.probe``, ``upgrade_gate.probe``): what the source leaves undecided
+  on a target that belongs to an installed distribution other than the feature's engine (torch:
+  a compiled package with a module ``__getattr__``, ``from torch._C import *`` and ``globals()``
+  writes) is decided by importing that target in a child interpreter within
+  ``probe.PROBE_TIMEOUT_S`` and applying the boot's own live rule (``drift.verdicts_on``). The
+  engine, a release being checked and code of no installed distribution are never imported; a
+  probe that fails or times out leaves the verdict undecided, saying why.
 """
 from __future__ import annotations
 
@@ -177,8 +178,8 @@ def _ends_in_raise(body: list[ast.stmt]) -> bool:
 def _walrus(node: ast.stmt) -> list[tuple[str, bool]]:
     """The names assignment expressions (``:=``) bind in what ``node`` evaluates before its body
     (its test, value, iterable, context managers or subject), each with whether it is bound
-    whenever ``node`` runs (False under ``and`` / ``or``, a conditional expression or a
-    comprehension, past the first operand of ``and`` / ``or``)."""
+    whenever ``node`` runs: False in an operand of ``and`` / ``or`` after the first, in a
+    conditional expression or in a comprehension; a lambda's body binds nothing here."""
     heads = [getattr(node, f, None) for f in ("test", "value", "iter", "subject")]
     heads = [h for h in heads if isinstance(h, ast.expr)]
     heads += [item.context_expr for item in getattr(node, "items", ())]
@@ -510,8 +511,10 @@ class Checker:
         dists = self._distributions.get(top, [])
         if not dists:
             return f"{top} is not a package of an installed distribution"
-        if not engine or canonicalize_name(engine) in {canonicalize_name(d) for d in dists}:
-            return f"{top} is the engine's ({engine or 'unknown engine'}): never imported here"
+        if not engine:
+            return "the feature's engine is unknown: nothing is imported"
+        if canonicalize_name(engine) in {canonicalize_name(d) for d in dists}:
+            return f"{top} is the engine's ({engine}): the static check never imports it"
         return ""
 
     def probe(self, target: str, texts: list[str], key: str = "") -> list[Verdict] | str:
