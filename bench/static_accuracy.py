@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/static_accuracy.py [--per-category N] [--seed S] [--json FILE]
 
-A child interpreter imports real sglang modules (the installed 0.5.23), samples requirements in
-every category from the live objects (present ones), makes as many absent ones (misspellings,
+A child interpreter imports real sglang modules (the installed 0.5.23) and torch's (2.14.1, a
+compiled package with a module ``__getattr__``), samples requirements in every category (up to
+``--per-category`` per category and top-level package) from the live objects (present ones), makes as many absent ones (misspellings,
 names taken from another class, parameters taken from another function, a parameter that only
 ``**kwargs`` would absorb), and decides each with live truth:
 
@@ -11,8 +12,10 @@ names taken from another class, parameters taken from another function, a parame
   default counts as present: that is what a patch means by ``Cls.field``);
 - a parameter is present when ``inspect.signature`` of the object lists it by name.
 
-This parent never imports sglang: it runs the static check (``Checker`` over the installed
-source) on every sampled requirement and counts, per category:
+This parent never imports sglang: it runs the static check (``--checker``: ``ours``, the
+``Checker`` over the installed source with its import probe for names the source leaves
+undecided on a dependency, here torch; ``ours-no-probe``; or ``griffe``, the same walk over griffe,
+``bench/griffe_checker.py``) on every sampled requirement and counts, per category:
 false-ok = static "ok" for a requirement that is absent (the dangerous direction), over the
 absent ones; false-missing = static "missing" for one that is present, over the present ones;
 undecided = the static check said it cannot tell (never counted as ok).
@@ -38,6 +41,9 @@ MODULES = (
     "sglang.srt.sampling.sampling_params",
     "sglang.srt.mem_cache.radix_cache",
     "sglang.srt.configs.model_config",
+    # a compiled package (``torch._C``) with a module ``__getattr__``: decided by the import probe
+    "torch",
+    "torch.nn.functional",
 )
 
 CHILD = r'''
@@ -142,11 +148,12 @@ for mname in modules:
             cands["class attribute"].append((mname, f"{cn}.{f}"))
 
 out = []
-for cat, items in sorted(cands.items()):
-    items = sorted(set(items))
-    rng.shuffle(items)
-    for mname, text in items[:per]:
-        out.append({"module": mname, "text": text, "category": cat})
+for cat, items in sorted(cands.items()):     # up to ``per`` per category and top-level package
+    for top in sorted({m.split(".")[0] for m, _ in items}):
+        mine = sorted(x for x in set(items) if x[0].split(".")[0] == top)
+        rng.shuffle(mine)
+        for mname, text in mine[:per]:
+            out.append({"module": mname, "text": text, "category": cat})
 present = list(out)
 absent = []
 for c in present:                   # one absent requirement per present one
@@ -186,6 +193,9 @@ def main() -> int:
     ap.add_argument("--engine", default=None, help="read the static side from this release (a wheel, a "
                     "tree or a pinned requirement, as `check --engine`) instead of the installed source")
     ap.add_argument("--json", type=Path, default=None, help="write every sample and verdict here")
+    ap.add_argument("--checker", choices=("ours", "griffe", "ours-no-probe"), default="ours",
+                    help="the static side: the project's Checker (with its import probe, or "
+                         "without), or the same walk over griffe (bench/griffe_checker.py)")
     args = ap.parse_args()
 
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
@@ -199,30 +209,51 @@ def main() -> int:
     from dsv41_flags.requires import Require
     from dsv41_flags.upgrade_gate.static_check import Checker
 
-    checker = Checker()
+    view = None
     if args.engine:
         from dsv41_flags.upgrade_gate.releases import open_release
 
-        release = open_release(args.engine)
+        release = open_release(args.engine, engines=("sglang",))
         if release.error:
             sys.stderr.write(f"{args.engine}: {release.error}\n")
             return 1
-        checker = Checker(release.view)
-    stats: dict[str, Counter] = defaultdict(Counter)
-    wrong = []
+        view = release.view
+    if args.checker == "griffe":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        try:
+            from griffe_checker import GriffeChecker
+        except ImportError as exc:
+            sys.stderr.write(f"--checker griffe needs griffelib (pip install -r "
+                             f"requirements/bench.txt): {exc}\n")
+            return 1
+
+        griffe_checker = GriffeChecker(view)
+        decide = lambda module, reqs: [griffe_checker.verdict(module, r) for r in reqs]  # noqa: E731
+    else:
+        checker = Checker(view, probe=args.checker == "ours")
+        decide = lambda module, reqs: checker.verdicts(module, reqs, "sglang")  # noqa: E731
+    parsed = []
     for s in samples:
         try:
-            req = Require.parse(s["text"])
+            parsed.append((s, Require.parse(s["text"])))
         except Exception:  # noqa: BLE001 - a name the requires syntax cannot write
             continue
-        v = checker.verdict(s["module"], req)
-        s["static"], s["why"] = v.verdict, v.why
+    by_module: dict[str, list] = defaultdict(list)
+    for s, req in parsed:
+        by_module[s["module"]].append((s, req))
+    for module, group in by_module.items():   # one import probe per module, at most
+        for (s, _), v in zip(group, decide(module, [req for _, req in group])):
+            s["static"], s["why"] = v.verdict, v.why
+    stats: dict[str, Counter] = defaultdict(Counter)
+    wrong = []
+    for s, _ in parsed:
+        v = s
         key = "present" if s["truth"] else "absent"
-        for cat in (s["category"], "all"):
+        for cat in (s["category"], "all", f"all {s['module'].split('.')[0]}"):
             st = stats[cat]
             st[key] += 1
-            st[f"{key}:{v.verdict}"] += 1
-        if (v.verdict == "ok" and not s["truth"]) or (v.verdict == "missing" and s["truth"]):
+            st[f"{key}:{v['static']}"] += 1
+        if (v["static"] == "ok" and not s["truth"]) or (v["static"] == "missing" and s["truth"]):
             wrong.append(s)
     assert "sglang" not in {m.split(".")[0] for m in sys.modules}, "the parent imported sglang"
 
@@ -230,14 +261,14 @@ def main() -> int:
         return f"{100 * a / b:.1f}%" if b else "-"
 
     print(f"{'category':30} {'present':>8} {'absent':>7} {'false-ok':>9} {'false-miss':>10} {'undecided':>9}")
-    for cat in sorted(stats, key=lambda c: (c == "all", c)):
+    for cat in sorted(stats, key=lambda c: (c.startswith("all"), c)):
         st = stats[cat]
         und = st["present:undecided"] + st["absent:undecided"]
         print(f"{cat:30} {st['present']:>8} {st['absent']:>7} {pct(st['absent:ok'], st['absent']):>9} "
               f"{pct(st['present:missing'], st['present']):>10} {pct(und, st['present'] + st['absent']):>9}")
     st = stats["all"]
     summary = {
-        "modules": modules, "samples": st["present"] + st["absent"], "present": st["present"],
+        "checker": args.checker, "modules": modules, "samples": st["present"] + st["absent"], "present": st["present"],
         "absent": st["absent"],
         "false_ok": st["absent:ok"], "false_ok_rate": st["absent:ok"] / max(st["absent"], 1),
         "false_missing": st["present:missing"],

@@ -179,3 +179,43 @@ def test_an_index_that_cannot_be_reached_is_said_as_such(index, monkeypatch):
     assert code == 1
     assert release["error"].startswith("pip download sglang==0.5.99: the package index could not "
                                        "be reached (Failed to establish a new connection"), release
+
+
+# ------------------------------------------------------------------ names under a compiled package
+#: torch's names come from its compiled extension (``from torch._C import *``, ``globals()``
+#: writes, a module ``__getattr__``): no source decides them; the import probe does
+TORCH = ("target='torch', engine='sglang>=0.5.23,<0.6', "
+         "requires=('float32', 'zeros', 'Tensor.add_', 'nn.Module', 'zeross', 'Tensor.addd_')")
+
+
+def test_torch_names_are_decided_by_the_import_probe_in_check(check):
+    code, data = check({"tt": TORCH})
+    (feature,) = data["features"]
+    verdicts = {v["requirement"]: v for v in feature["verdicts"]}
+    assert [v["verdict"] for v in verdicts.values()] == ["ok"] * 4 + ["missing"] * 2, verdicts
+    assert verdicts["zeross"]["closest"] == "zeros"
+    assert verdicts["Tensor.addd_"]["closest"] == "Tensor.add_"
+    assert "imported in a child process" in verdicts["zeross"]["why"]
+    assert feature["missing"] == ["zeross", "Tensor.addd_"] and feature["undecided"] == []
+    assert code == 1
+
+
+def test_a_misspelt_torch_name_stops_status_and_run(check, tmp_path):
+    check({"tt": TORCH})
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\ntt = true\n")
+    result = CliRunner().invoke(app, ["status", "--json", "-s", str(settings)])
+    (row,) = [r for r in json.loads(result.stdout)["features"] if r["name"] == "tt"]
+    assert row["state"] == "drifted" and row["missing"] == ["zeross", "Tensor.addd_"], row
+    assert row["undecided"] == [] and result.exit_code == 1
+    result = CliRunner().invoke(app, ["run", "-s", str(settings), "--", sys.executable, "-c", "pass"])
+    assert result.exit_code == 1 and "zeross" in result.output and "not starting" in result.output
+
+
+def test_a_sglang_target_is_never_imported_by_the_probe(check):
+    """The engine's own undecided names stay undecided: the static check never imports it."""
+    before = {m for m in sys.modules if m.startswith("sglang")}
+    code, data = check({"ext": "target='sglang.srt.rust_extensions._server', requires=('Server',)"})
+    (v,) = data["features"][0]["verdicts"]
+    assert v["verdict"] == "undecided" and "child process" not in v["why"], v
+    assert {m for m in sys.modules if m.startswith("sglang")} == before

@@ -120,3 +120,27 @@ def test_unreadable_specs_say_why(tmp_path, gate):
                                   "pip download sglang==0.0.0.dev9999: the package index could "
                                   "not be reached")), details[2]
     assert not list(cache_dir().glob(".download-*"))      # no half-written download left behind
+
+
+def test_a_real_wheel_renamed_to_another_distribution_never_passes(wheels, gate, tmp_path):
+    """The real sglang 0.5.23 wheel, every member copied, as ``sglang_othername-0.5.24`` whose
+    METADATA says ``Name: evil-pkg``: no feature reads n/a and passes; the column is refused
+    naming the file, the name found and the one expected."""
+    import zipfile
+
+    fake = tmp_path / "sglang_othername-0.5.24-py3-none-any.whl"
+    with zipfile.ZipFile(wheels["0.5.23"]) as src, zipfile.ZipFile(fake, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith(".dist-info/METADATA"):
+                data = data.replace(b"Name: sglang\n", b"Name: evil-pkg\n", 1)
+                data = data.replace(b"Version: 0.5.23\n", b"Version: 0.5.24\n", 1)
+                assert b"Name: evil-pkg\n" in data
+            dst.writestr(info.filename, data)
+    code, rows, data = gate(fake)
+    assert code == 1 and not data["ok"]
+    for cells in rows.values():
+        (cell,) = cells
+        assert cell["state"] == "unreadable", cell
+        assert str(fake) in cell["detail"] and "'evil-pkg'" in cell["detail"] and \
+            "'sglang'" in cell["detail"], cell["detail"]

@@ -374,3 +374,116 @@ def test_an_empty_engine_spec_is_a_usage_error_and_reads_nothing(tmp_path, gate,
         assert "--engine" in r.output and "empty" in r.output
         assert "toyengine" not in r.stdout
     assert "empty" in open_release(spec).error
+
+
+# ------------------------------------------------------------------ a release that is not the engine
+def _wheel_file(where, file_name, meta_name, version="1.0"):
+    """A wheel ``file_name`` holding a readable toyengine target, whose METADATA says
+    ``meta_name`` ``version``."""
+    path = where / file_name
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("toyengine/__init__.py", "")
+        z.writestr("toyengine/core.py", textwrap.dedent(ENGINE_V1))
+        z.writestr(f"{meta_name}-{version}.dist-info/METADATA",
+                   f"Metadata-Version: 2.1\nName: {meta_name}\nVersion: {version}\n")
+    return path
+
+
+@pytest.mark.parametrize("file_name,meta_name,says", [
+    # the instance of the issue: another file name, another METADATA Name
+    ("toyengine_othername-1.0-py3-none-any.whl", "evil-pkg", ["'evil-pkg'", "'toyengine'"]),
+    ("toyengine-1.0-py3-none-any.whl", "evil-pkg", ["'evil-pkg'", "'toyengine'"]),
+    ("evil_pkg-1.0-py3-none-any.whl", "evil-pkg", ["'evil-pkg'", "'toyengine'"]),
+    # METADATA is the engine, the file name is not: not one release
+    ("toyengine_othername-1.0-py3-none-any.whl", "toyengine", ["toyengine-othername", "toyengine 1.0"]),
+    ("toyengine-1.1-py3-none-any.whl", "toyengine", ["toyengine 1.1", "toyengine 1.0"]),
+    ("engine.whl", "toyengine", ["not a wheel's", "PEP 427"]),
+])
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "table"])
+def test_a_wheel_that_is_not_the_engine_never_passes(tmp_path, gate, file_name, meta_name, says,
+                                                     as_json):
+    wheel = _wheel_file(tmp_path, file_name, meta_name)
+    r = gate(wheel, extra=["--json"] if as_json else [])
+    assert r.exit_code == 1, r.output
+    if not as_json:
+        assert "unreadable" in r.stdout and "Traceback" not in r.output
+        return
+    data = json.loads(r.stdout)
+    (cell,) = data["features"][0]["cells"]
+    assert not data["ok"] and cell["state"] == "unreadable", cell
+    assert str(wheel) in cell["detail"] and all(s in cell["detail"] for s in says), cell["detail"]
+    assert data["releases"][0]["error"] == cell["detail"]
+
+
+def test_the_engine_name_is_compared_canonically(tmp_path, gate):
+    """``ToyEngine`` (file name and METADATA) is the distribution ``toyengine``."""
+    wheel = _wheel_file(tmp_path, "ToyEngine-1.0-py3-none-any.whl", "ToyEngine")
+    (cell,) = json.loads(gate(wheel, extra=["--json"]).stdout)["features"][0]["cells"]
+    assert cell["state"] == "ok" and cell["release"] == "toyengine 1.0", cell
+
+
+def test_a_requirement_of_another_distribution_is_refused_before_any_fetch(tmp_path, monkeypatch):
+    def no_pip(*a, **k):
+        raise AssertionError("pip must not run for another distribution")
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    r = open_release("evil-pkg==1.0", engines=("toyengine",), cache=tmp_path / "cache")
+    assert "'evil-pkg'" in r.error and "'toyengine'" in r.error, r.error
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_cached_wheel_of_another_name_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    make_wheel(cache, "1.0", ENGINE_V1, name="evil_pkg")
+    r = open_release("evil_pkg==1.0", engines=("toyengine", "other"), cache=cache)
+    assert "'evil_pkg'" in r.error and "'toyengine' or 'other'" in r.error, r.error
+
+
+@pytest.mark.parametrize("declares", ["pyproject", "PKG-INFO", "python/pyproject"])
+def test_a_source_tree_of_another_project_never_passes(tmp_path, gate, declares):
+    root = tmp_path / "co"
+    base = root / "python" if declares.startswith("python/") else root
+    _tree(base)
+    if declares == "PKG-INFO":
+        (root / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: evil-pkg\nVersion: 1.0\n\n")
+        file = root / "PKG-INFO"
+    else:
+        file = base / "pyproject.toml"
+        file.write_text('[project]\nname = "evil-pkg"\nversion = "1.0"\n')
+    r = gate(root, extra=["--json"])
+    data = json.loads(r.stdout)
+    (cell,) = data["features"][0]["cells"]
+    assert r.exit_code == 1 and cell["state"] == "unreadable", cell
+    assert str(file) in cell["detail"] and "'evil-pkg'" in cell["detail"] and \
+        "'toyengine'" in cell["detail"], cell["detail"]
+
+
+def test_a_source_tree_that_declares_the_engine_is_read(tmp_path, gate):
+    _tree(tmp_path / "co")
+    (tmp_path / "co" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: ToyEngine\nVersion: 1.0\n\n")
+    (cell,) = json.loads(gate(tmp_path / "co", extra=["--json"]).stdout)["features"][0]["cells"]
+    assert cell["state"] == "ok", cell
+
+
+def test_a_column_of_nothing_but_n_a_is_not_ok(tmp_path, monkeypatch):
+    """Every checked feature targets no engine (``engine=""``): nothing is checked on the
+    release, so the column does not pass."""
+    for key in [k for k in __import__("os").environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "own.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "FEATURE = Feature(name='own', target='toyengine.core', install=lambda m, c: None,\n"
+        "    summary='s', requires=('Runner.step',), engine='')\n")
+    settings = tmp_path / "settings.toml"
+    settings.write_text("[default]\nown = true\n")
+    wheel = make_wheel(tmp_path, "1.0", ENGINE_V1)
+    r = CliRunner().invoke(app, ["check", "-s", str(settings), "--engine", str(wheel), "--json"])
+    data = json.loads(r.stdout)
+    (cell,) = data["features"][0]["cells"]
+    assert r.exit_code == 1 and not data["ok"], r.output
+    assert cell["state"] == "unreadable" and "nothing was checked" in cell["detail"], cell
+    assert "every feature is n/a" in cell["detail"] and "declares no engine" in cell["detail"]
+    r = CliRunner().invoke(app, ["check", "-s", str(settings), "--engine", str(wheel)])
+    assert r.exit_code == 1 and "unreadable" in r.stdout, r.stdout

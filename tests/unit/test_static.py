@@ -150,6 +150,25 @@ def test_conditional_and_try_bindings(verdict):
         ["undecided", "ok", "undecided", "ok", "missing"]
 
 
+def test_assignment_expressions_bind_where_their_statement_runs(verdict):
+    """``if arch := env.get(): ...`` at module level binds ``arch`` whatever the branch (sglang's
+    ``model_config.external_mm_model_arch``); under ``and`` / ``or`` or in a comprehension it may
+    not run."""
+    check = verdict("""
+        import os
+        if arch := os.environ.get("A"):
+            pass
+        while (line := os.environ.get("B")) and False:
+            pass
+        if os.environ.get("C") and (late := 1):
+            pass
+        squares = [y := x for x in range(3)]
+        fn = lambda: (never := 1)
+    """)
+    assert states(check, "arch", "line", "late", "y", "never", "archh") == \
+        ["ok", "ok", "undecided", "undecided", "missing", "missing"]
+
+
 def test_annotation_only_names(verdict):
     check = verdict("""
         from dataclasses import dataclass
@@ -584,3 +603,49 @@ def test_check_live_extensions_option(compiled, tmp_path, monkeypatch):
     assert r.exit_code == 0 and json.loads(r.stdout)["ok"], r.stdout
     r = CliRunner().invoke(app, base + ["--live-extensions", "--engine", str(tmp_path)])
     assert r.exit_code == 1 and "--live-extensions" in json.loads(r.stdout)["problems"][0]["message"]
+
+
+# ------------------------------------------------------------------ the import probe
+def test_the_probe_never_imports_the_engine_a_release_or_code_of_no_distribution(tmp_path):
+    from dsv41_flags.upgrade_gate.releases import TreeView
+    from dsv41_flags.upgrade_gate.static_check import Checker
+
+    installed = Checker()
+    assert "engine" in installed.probe_refused("sglang.srt.server_args", "sglang")
+    assert "unknown" in installed.probe_refused("packaging.version", "")   # engine unknown
+    assert installed.probe_refused("packaging.version", "sglang") == ""    # a dependency
+    assert "not a package of an installed distribution" in \
+        installed.probe_refused("no_such_top_level_here", "sglang")
+    (tmp_path / "packaging").mkdir()
+    release = Checker(TreeView(tmp_path, "tree"))
+    assert "release" in release.probe_refused("packaging.version", "sglang")
+    assert "off" in Checker(probe=False).probe_refused("packaging.version", "sglang")
+
+
+def test_the_probe_decides_what_a_dependency_serves_through_its_module_getattr():
+    """``packaging`` is a real installed distribution; its names are looked up live in a child,
+    with the boot's rule (``drift.verdicts_on``)."""
+    from dsv41_flags.requires import Require
+    from dsv41_flags.upgrade_gate.static_check import Checker
+
+    got = Checker().probe("packaging.version", ["Version", "Versoin", "Version.public"])
+    assert [v.verdict for v in got] == ["ok", "missing", "ok"], got
+    assert got[1].closest == "Version"
+    checker = Checker()
+    reqs = [Require.parse("Version"), Require.parse("Versoin")]
+    assert [v.verdict for v in checker.verdicts("packaging.version", reqs, "sglang")] == ["ok", "missing"]
+
+
+def test_a_probe_that_cannot_import_says_why():
+    from dsv41_flags.upgrade_gate.static_check import Checker
+
+    why = Checker().probe("packaging.no_such_module_here", ["X"])
+    assert isinstance(why, str) and "importing packaging.no_such_module_here failed" in why
+    assert "ModuleNotFoundError" in why
+
+
+def test_a_child_that_does_not_finish_in_time_is_stopped():
+    from dsv41_flags.upgrade_gate.probe import run_child
+
+    why = run_child("import time; time.sleep(60)", ["m"], 1)
+    assert why == "importing m did not finish within 1 s"

@@ -43,12 +43,14 @@ def wheel_env(tmp_path_factory):
     wheel = next(dist.glob("dsv41_flags-*.whl"))
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    _run(PIP + ["--python", str(venv / "bin" / "python"), "install", "-q", *_framework_pins(),
-                str(wheel)])
-    empty = base / "empty"
-    empty.mkdir()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("DSV41_", "PYTHON", "VIRTUAL_ENV"))}
+    # without PYTHONPATH: a source tree on it (with its build's *.egg-info) would look installed
+    # to pip in the fresh venv, and the wheel would not be installed
+    _run(PIP + ["--python", str(venv / "bin" / "python"), "install", "-q", *_framework_pins(),
+                str(wheel)], env=env)
+    empty = base / "empty"
+    empty.mkdir()
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return wheel, venv, empty, env
 

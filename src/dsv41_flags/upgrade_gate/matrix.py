@@ -5,7 +5,8 @@ Cell states (``dsv41_flags.state.Cell``), first match wins:
 
 - ``unreadable``: the release, or a source of it that a requirement needs, could not be read or
   parsed (why; whatever the reader or parser raised);
-- ``n/a``: the feature targets another engine distribution;
+- ``n/a``: the feature targets another engine distribution (a release where every feature is
+  ``n/a`` checked nothing: every cell of it is ``unreadable``, saying so);
 - ``fixed-upstream``: the release is in the feature's ``fixed_in`` range (the patch can go);
 - ``drifted``: a requirement is missing (what, with the closest name that exists there);
 - ``undecided``: a requirement the static check cannot decide (why): never counted as ok;
@@ -94,5 +95,12 @@ def matrix(features: list[Feature], releases: list[Release]) -> list[dict]:
     """Rows ``{"feature", "target", "engine", "cells": [cell per release]}``; each readable
     release is parsed once for every feature."""
     checkers = [Checker(r.view) if r.view is not None and not r.error else None for r in releases]
-    return [{"feature": f.name, "target": f.target, "engine": f.engine,
+    rows = [{"feature": f.name, "target": f.target, "engine": f.engine,
              "cells": [cell(f, r, c) for r, c in zip(releases, checkers)]} for f in features]
+    for i, release in enumerate(releases):   # a column of nothing but n/a checked nothing
+        if rows and all(row["cells"][i]["state"] == Cell.NOT_APPLICABLE for row in rows):
+            for row in rows:
+                was = row["cells"][i]
+                row["cells"][i] = {**was, "state": Cell.UNREADABLE, "detail": (
+                    f"nothing was checked on {release.label}: every feature is n/a ({was['detail']})")}
+    return rows

@@ -13,6 +13,13 @@ when it lies inside the tree, symlinks resolved. Whatever a reader raises (``Bad
 member, ``zlib.error``, a CRC mismatch, ``EOFError``...) becomes ``Unreadable`` with the reason,
 and a release that cannot be opened is a ``Release`` with ``error``: never a traceback.
 
+A release is the distribution the checked features target or it is not read: given their
+engines, a wheel whose ``METADATA`` ``Name`` is another distribution, whose file name (PEP 427)
+says another name or version than its ``METADATA``, a requirement of another distribution (before
+any fetch) and a source tree whose ``pyproject.toml`` or ``PKG-INFO`` names another project are a
+``Release`` with ``error`` naming the file, the name found and the one expected. Names compare by
+``packaging.utils.canonicalize_name``.
+
 The cache directory is ``$XDG_CACHE_HOME/dsv41-flags/engines`` (``~/.cache/...`` when unset). A
 download goes to a temporary directory inside it and is moved in whole: never a half-written
 wheel in the cache. Nothing in the cache is ever deleted.
@@ -301,13 +308,25 @@ def open_release(spec: str, engines: tuple[str, ...] = (), tops: tuple[str, ...]
         return Release(spec, error=f"{spec} cannot be read: {exception_text(exc)}")
 
 
+def _not_the_engine(engines: tuple[str, ...], name: str) -> bool:
+    """True when distribution ``name`` is none of ``engines`` (compared by
+    ``canonicalize_name``); False when ``engines`` is empty (no feature targets an engine: every
+    cell is ``n/a`` and ``matrix`` refuses that column)."""
+    return bool(engines) and canonicalize_name(name) not in {canonicalize_name(e) for e in engines}
+
+
+def _not_the_engine_error(where: str, found: str, engines: tuple[str, ...]) -> str:
+    return (f"{where} {found!r}, not {' or '.join(repr(e) for e in engines)} (the engine the "
+            "checked features target): not the engine, not checked")
+
+
 def _open(spec: str, engines: tuple[str, ...], tops: tuple[str, ...], cache: Path | None) -> Release:
     path = Path(spec).expanduser()
     if path.exists() and not (path.is_file() or path.is_dir()):
         return Release(spec, where=str(path), error=f"{path} is neither a regular file (a wheel) "
                        "nor a directory: not read")
     if path.is_file():
-        return _open_wheel(spec, path)
+        return _open_wheel(spec, path, engines)
     if path.is_dir():
         return _open_tree(spec, path, engines, tops)
     if path.suffix == ".whl" or os.sep in spec:
@@ -317,12 +336,16 @@ def _open(spec: str, engines: tuple[str, ...], tops: tuple[str, ...], cache: Pat
     except InvalidRequirement as exc:
         return Release(spec, error=f"{spec!r} is neither a wheel file, a directory, nor a requirement "
                                    f"like NAME==VERSION ({exc})")
-    return _fetch(spec, req, cache or cache_dir())
+    if _not_the_engine(engines, req.name):
+        return Release(spec, str(canonicalize_name(req.name)), error=_not_the_engine_error(
+            f"requirement {spec!r} names the distribution", req.name, engines))
+    return _fetch(spec, req, engines, cache or cache_dir())
 
 
-def _open_wheel(spec: str, path: Path) -> Release:
+def _open_wheel(spec: str, path: Path, engines: tuple[str, ...] = ()) -> Release:
     """A wheel is read by its METADATA (what an install would record): a wheel without one, or
-    whose Name or Version is missing or not valid, is unreadable."""
+    whose Name or Version is missing or not valid, whose Name is none of ``engines``, or whose
+    file name (PEP 427) says another name or version, is unreadable."""
     try:
         view = WheelView(path)
         meta = view.metadata()
@@ -338,6 +361,18 @@ def _open_wheel(spec: str, path: Path) -> Release:
     if not _is_version(version):
         return Release(spec, where=str(path), error=f"{path}: METADATA Version {version[:80]!r} is "
                        "not a version (PEP 440)")
+    if _not_the_engine(engines, name):
+        return Release(spec, str(canonicalize_name(name)), version, str(path), error=(
+            _not_the_engine_error(f"{path}: its METADATA names the distribution", name, engines)))
+    try:
+        file_name, file_version, _, _ = parse_wheel_filename(path.name)
+    except InvalidWheelFilename:
+        return Release(spec, where=str(path), error=f"{path}: the file name is not a wheel's "
+                       "(NAME-VERSION[-BUILD]-PYTHON-ABI-PLATFORM.whl, PEP 427): not read")
+    if file_name != canonicalize_name(name) or file_version != Version(version):
+        return Release(spec, where=str(path), error=(
+            f"{path}: the file name says {file_name} {file_version}, its METADATA says "
+            f"{canonicalize_name(name)} {version}: not one release, not read"))
     return Release(spec, str(canonicalize_name(name)), version, str(path), view)
 
 
@@ -353,7 +388,11 @@ def _open_tree(spec: str, root: Path, engines: tuple[str, ...], tops: tuple[str,
     if base is None:
         return Release(spec, where=str(root), error=f"{root} holds none of the packages "
                        f"{', '.join(tops)} (looked in {', '.join(str(c) for c in candidates)})")
-    name, version = engines[0] if engines else "", ""
+    declared = _declared_name(root, base)
+    if declared and _not_the_engine(engines, declared[0]):
+        return Release(spec, str(canonicalize_name(declared[0])), where=str(base), error=(
+            _not_the_engine_error(f"{declared[1]} names the project", declared[0], engines)))
+    name, version = declared[0] if declared else engines[0] if engines else "", ""
     for engine in engines:
         for info in sorted(base.glob("*.dist-info")):
             dist = info.name[: -len(".dist-info")].rsplit("-", 1)
@@ -379,6 +418,32 @@ def _is_version(text: str) -> bool:
         return len(text) <= FIELD_MAX and bool(Version(text))
     except InvalidVersion:
         return False
+
+
+def _declared_name(root: Path, base: Path) -> tuple[str, Path] | None:
+    """The project name a source tree declares, and the file that says it: ``[project] name`` of
+    ``pyproject.toml``, else the ``Name`` header of ``PKG-INFO`` (an unpacked sdist), in ``root``
+    then ``base``; None when neither says one (a site-packages directory). Unreadable or
+    malformed files declare nothing."""
+    for d in dict.fromkeys((root, base)):
+        for file in ("pyproject.toml", "PKG-INFO"):
+            path = d / file
+            if not path.is_file():
+                continue
+            try:
+                data = read_file(path, PYPROJECT_MAX_BYTES if file == "pyproject.toml" else
+                                 METADATA_MAX_BYTES, inside=d).decode("utf-8")
+                if file == "pyproject.toml":
+                    project = tomllib.loads(data).get("project")
+                    name = project.get("name") if isinstance(project, dict) else None
+                else:
+                    name = email.parser.HeaderParser().parsestr(
+                        data.replace("\r\n", "\n").split("\n\n", 1)[0] + "\n")["Name"]
+            except Exception:  # noqa: BLE001 - any reader or parser failure: no name from it
+                continue
+            if isinstance(name, str) and len(name) <= FIELD_MAX and _NAME.fullmatch(name.strip()):
+                return name.strip(), path
+    return None
 
 
 def _pyproject_version(*dirs: Path) -> str:
@@ -437,10 +502,10 @@ def _download_failure(req: Requirement, code: int, stderr: str) -> str:
     return f"pip download {req} failed: {why}"
 
 
-def _fetch(spec: str, req: Requirement, cache: Path) -> Release:
+def _fetch(spec: str, req: Requirement, engines: tuple[str, ...], cache: Path) -> Release:
     found = _cached(req, cache)
     if found is not None:
-        return _open_wheel(spec, found)
+        return _open_wheel(spec, found, engines)
     try:
         cache.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=cache))
@@ -459,6 +524,6 @@ def _fetch(spec: str, req: Requirement, cache: Path) -> Release:
             return Release(spec, error=_download_failure(req, proc.returncode, proc.stderr))
         final = cache / wheels[0].name
         os.replace(wheels[0], final)
-        return _open_wheel(spec, final)
+        return _open_wheel(spec, final, engines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,8 +10,9 @@ source when it has some, else the answer is ``undecided``.
 Rules (each kind has a unit test in ``tests/unit/test_static.py``):
 
 - Module and class bodies are read in order, as Python runs them: the last binding of a name
-  wins; a name bound only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound
-  only under ``if TYPE_CHECKING:`` do not exist at run time (*missing*); ``del`` removes.
+  wins (an assignment expression ``:=`` in a statement's test or value binds too); a name bound
+  only in one branch of an ``if`` / ``try`` / loop is *undecided*; names bound only under
+  ``if TYPE_CHECKING:`` do not exist at run time (*missing*); ``del`` removes.
 - ``Cls.attr = ...`` / ``setattr(Cls, "attr", ...)`` at module level add ``attr`` to the class; a
   ``setattr`` with a computed name makes unknown names of that class undecided. A name rebound to
   something the source cannot follow (``X = msgspec.defstruct(...)``) exists, but everything
@@ -27,7 +28,14 @@ Rules (each kind has a unit test in ``tests/unit/test_static.py``):
   ``m = _LAZY.get(name)``; ``if m is None: raise AttributeError``) is followed; any other module
   ``__getattr__``, ``globals()`` writes at module level, or an unresolvable ``from x import *``
   make unknown names undecided.
-- Parameters: the rule of ``_drift.param_verdict`` (``**kwargs`` alone -> undecided).
+- Parameters: the rule of ``drift.param_verdict`` (``**kwargs`` alone -> undecided).
+- The import probe (``Checker.probe``, ``upgrade_gate.probe``): what the source leaves undecided
+  on a target that belongs to an installed distribution other than the feature's engine (torch:
+  a compiled package with a module ``__getattr__``, ``from torch._C import *`` and ``globals()``
+  writes) is decided by importing that target in a child interpreter within
+  ``probe.PROBE_TIMEOUT_S`` and applying the boot's own live rule (``drift.verdicts_on``). The
+  engine, a release being checked and code of no installed distribution are never imported; a
+  probe that fails or times out leaves the verdict undecided, saying why.
 """
 from __future__ import annotations
 
@@ -41,9 +49,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from dsv41_flags.declare import Feature
 from dsv41_flags.requires import Require
 from dsv41_flags.drift import MISSING, OK, UNDECIDED, Verdict, _closest, param_verdict
+from dsv41_flags.upgrade_gate.probe import decide, list_names
 from dsv41_flags.upgrade_gate.sources import COMPILED, InstalledView, SourceView, Unreadable
 from dsv41_flags.text import exception_text
 
@@ -68,40 +79,6 @@ _KEEPS_SIGNATURE = frozenset({
 #: 230 MB; a source of fewer bytes than this has fewer tokens and is not counted
 SOURCE_MAX_TOKENS = 250_000
 _TOKEN = re.compile(rb"\w+|[^ \t\f\r\w]")   # a name, a number, a newline or one punctuation byte
-
-
-#: how long the live look at one compiled module may take (seconds): importing it may import the
-#: engine's heavy dependencies (torch) first
-EXTENSION_TIMEOUT_S = 300
-#: the child interpreter of ``Checker.look_live``: imports the module named by argv[1] and prints
-#: its names as JSON: per name its signature (``[names, has **kwargs]`` or null) and, for a
-#: class, ``attrs`` (``dir``) and ``closed`` (no metaclass ``__getattr__``/``__getattribute__``)
-_LOOK = r"""
-import importlib, inspect, json, sys
-m = importlib.import_module(sys.argv[1])
-def params(obj):
-    try:
-        sig = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return None
-    return [list(sig.parameters), any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())]
-names = {}
-for n in dir(m):
-    try:
-        obj = getattr(m, n)
-    except Exception:
-        continue
-    entry = {"params": params(obj) if callable(obj) else None}
-    if isinstance(obj, type):
-        entry["attrs"] = [a for a in dir(obj) if isinstance(a, str)]
-        entry["closed"] = not any(k not in (type, object) and ("__getattr__" in vars(k) or
-                                  "__getattribute__" in vars(k)) for k in type(obj).__mro__)
-    names[n] = entry
-listed = getattr(m, "__all__", None)
-print(json.dumps({"names": names, "closed": "__getattr__" not in vars(m), "file": m.__file__,
-                  "all": [a for a in listed if isinstance(a, str)]
-                  if isinstance(listed, (list, tuple)) else None}))
-"""
 
 
 def parse_source(data: bytes, filename: str) -> ast.Module:
@@ -198,10 +175,41 @@ def _ends_in_raise(body: list[ast.stmt]) -> bool:
     return bool(body) and isinstance(body[-1], ast.Raise)
 
 
+def _walrus(node: ast.stmt) -> list[tuple[str, bool]]:
+    """The names assignment expressions (``:=``) bind in what ``node`` evaluates before its body
+    (its test, value, iterable, context managers or subject), each with whether it is bound
+    whenever ``node`` runs: False in an operand of ``and`` / ``or`` after the first, in a
+    conditional expression or in a comprehension; a lambda's body binds nothing here."""
+    heads = [getattr(node, f, None) for f in ("test", "value", "iter", "subject")]
+    heads = [h for h in heads if isinstance(h, ast.expr)]
+    heads += [item.context_expr for item in getattr(node, "items", ())]
+    out: list[tuple[str, bool]] = []
+
+    def visit(e: ast.AST, certain: bool) -> None:
+        if isinstance(e, ast.Lambda):
+            return
+        if isinstance(e, ast.NamedExpr) and isinstance(e.target, ast.Name):
+            out.append((e.target.id, certain))
+        if isinstance(e, ast.BoolOp):   # the first operand always runs, the others may not
+            visit(e.values[0], certain)
+            for later in e.values[1:]:
+                visit(later, False)
+            return
+        certain = certain and not isinstance(e, (ast.IfExp, ast.ListComp, ast.SetComp,
+                                                 ast.DictComp, ast.GeneratorExp))
+        for child in ast.iter_child_nodes(e):
+            visit(child, certain)
+    for head in heads:
+        visit(head, True)
+    return out
+
+
 def _scan(body: list[ast.stmt], env: dict[str, _B], acc: _Body) -> dict[str, _B]:
     """Bindings after running ``body`` from ``env`` (a new dict; ``env`` is not changed)."""
     env = dict(env)
     for node in body:
+        for name, certain in _walrus(node):
+            env[name] = _B("yes" if certain else "maybe", node, ambiguous=True)
         if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             env[node.name] = _B("yes", node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -402,7 +410,7 @@ class _ModInfo:
     body: _Body
     lazy: dict[str, tuple[str, str]] | None = None  # module __getattr__: name -> (module, attr)
     lazy_exhaustive: bool = False
-    live: dict | None = None  # a compiled module looked at live (see ``Checker.look_live``)
+    live: dict | None = None  # a compiled module looked at live (``probe.list_names``)
 
 
 class Checker:
@@ -412,12 +420,19 @@ class Checker:
     top-level packages the view does not own are read from the installed environment.
     ``live_extensions``: a compiled extension module of the installed environment, whose names
     are in no source, is imported in a child process and its names looked at live
-    (``look_live``); without it they are undecided.
+    (``probe.list_names``); without it they are undecided.
+    ``probe``: requirements the source leaves undecided on a target of an installed dependency
+    (not the engine) are decided by importing that target in a child process (``probe``); off,
+    they stay undecided.
     """
 
-    def __init__(self, view: SourceView | None = None, *, live_extensions: bool = False) -> None:
+    def __init__(self, view: SourceView | None = None, *, live_extensions: bool = False,
+                 probe: bool = True) -> None:
         self.view = view or InstalledView()
         self.live_extensions = live_extensions
+        self.probing = probe
+        self._probed: dict[tuple[str, str], Verdict | str] = {}
+        self._distributions: dict[str, list[str]] | None = None
         self._installed = InstalledView()
         self._infos: dict[str, _ModInfo | Exception | None] = {}
         #: why each source looked at since the last ``check`` began could not be read or parsed
@@ -453,7 +468,7 @@ class Checker:
             tree = ast.Module(body=[], type_ignores=[])
             acc.opened = "is a compiled extension module: its names are not in any source"
             if self.live_extensions and isinstance(view, InstalledView):
-                live = self.look_live(module, key)
+                live = list_names(module, key)
                 if isinstance(live, str):
                     acc.opened += f" (the live look failed: {live})"
                     live = None
@@ -479,35 +494,70 @@ class Checker:
         self._infos[module] = info
         return info
 
-    def look_live(self, module: str, key: str = "") -> dict | str:
-        """The names of compiled module ``module`` of the installed environment, imported in a
-        child interpreter with this one's ``sys.path`` (within ``EXTENSION_TIMEOUT_S``):
-        ``{"names": {name: {"params", "attrs", "closed"}}, "all", "closed", "file"}`` (see
-        ``_LOOK``), or why the look failed (also when the child imported another file than
-        ``key``)."""
-        import json
-        import os
-        import subprocess
+    # ------------------------------------------------------------ the import probe
+    def probe_refused(self, target: str, engine: str) -> str:
+        """Why ``target`` may not be imported by the probe ("" when it may): only a module of a
+        distribution installed in this environment, found there (not in the release checked),
+        and not of ``engine`` (the engine is never imported by the static check)."""
+        top = target.split(".")[0]
+        if not self.probing:
+            return "the import probe is off"
+        if not isinstance(self.view, InstalledView) and self.view.owns(top):
+            return f"{top} is in the release checked: a release is never imported"
+        if self._distributions is None:
+            import importlib.metadata
 
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if isinstance(p, str))}
-        try:
-            proc = subprocess.run([sys.executable, "-c", _LOOK, module], capture_output=True,
-                                  text=True, timeout=EXTENSION_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                                  env=env)
-        except subprocess.TimeoutExpired:
-            return f"importing {module} did not finish within {EXTENSION_TIMEOUT_S} s"
-        except OSError as exc:
-            return f"cannot start {sys.executable}: {exc.strerror or exc}"
-        try:
-            data = json.loads(proc.stdout.strip().splitlines()[-1])
-            if not isinstance(data.get("names"), dict):
-                raise ValueError("no names")
-        except (ValueError, IndexError, AttributeError):
-            last = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-            return f"importing {module} failed: {last[0][:300]}"
-        if key and os.path.realpath(str(data.get("file"))) != os.path.realpath(key):
-            return f"the child imported {data.get('file')}, not {key}"
-        return data
+            self._distributions = importlib.metadata.packages_distributions()
+        dists = self._distributions.get(top, [])
+        if not dists:
+            return f"{top} is not a package of an installed distribution"
+        if not engine:
+            return "the feature's engine is unknown: nothing is imported"
+        if canonicalize_name(engine) in {canonicalize_name(d) for d in dists}:
+            return f"{top} is the engine's ({engine}): the static check never imports it"
+        return ""
+
+    def probe(self, target: str, texts: list[str], key: str = "") -> list[Verdict] | str:
+        """``probe.decide`` of each requirement text on ``target`` (``key``: the file the source
+        view found for it), kept per checker: a text already decided on ``target`` is not asked
+        again. Or why the probe failed."""
+        todo = [t for t in dict.fromkeys(texts) if (target, t) not in self._probed]
+        if todo:
+            got = decide(target, todo, key)
+            for i, text in enumerate(todo):
+                self._probed[target, text] = got if isinstance(got, str) else got[i]
+        out = [self._probed[target, t] for t in texts]
+        failed = next((r for r in out if isinstance(r, str)), None)
+        return failed if failed is not None else out
+
+    def _decided_by_probe(self, target: str, verdicts: list[Verdict], engine: str) -> list[Verdict]:
+        """``verdicts`` with every one the source left undecided (and the live check would not
+        refuse anyway) replaced by the probe's live verdict, where ``probe_refused`` allows;
+        a failed probe leaves them undecided, saying why."""
+        todo = [i for i, v in enumerate(verdicts) if v.verdict == UNDECIDED and not v.stops_boot]
+        if not todo or self.probe_refused(target, engine):
+            return verdicts
+        found = self._find(target)
+        key = found[1][0] if found else ""
+        got = self.probe(target, [verdicts[i].requirement for i in todo], key)
+        out = list(verdicts)
+        for n, i in enumerate(todo):
+            v = out[i]
+            if isinstance(got, str):
+                out[i] = Verdict(v.requirement, UNDECIDED, f"{v.why}; the import probe failed: "
+                                 f"{got}", v.piece)
+            else:
+                live = got[n]
+                out[i] = Verdict(live.requirement, live.verdict, f"{live.why} ({target} imported in "
+                                 "a child process: a dependency, not the engine)", live.piece,
+                                 live.closest, live.stops_boot)
+        return out
+
+    def verdicts(self, target: str, reqs, engine: str) -> tuple[Verdict, ...]:
+        """One verdict per ``Require`` of ``reqs`` on module ``target``: from the source, then
+        the ones it leaves undecided by the import probe (see ``probe_refused``); ``engine``:
+        the distribution name of the engine (never imported)."""
+        return tuple(self._decided_by_probe(target, [self.verdict(target, r) for r in reqs], engine))
 
     def _unreadable(self, module: str, why: str) -> None:
         """Record and raise ``Unreadable(why)`` for ``module`` (every later look raises it too)."""
@@ -1212,7 +1262,7 @@ class Checker:
         Never raises: a source that cannot be read or parsed is in ``StaticResult.unreadable``
         and its verdicts are undecided ("unverifiable: why")."""
         self.failures = []
-        verdicts = tuple(self.verdict(feature.target, r) for r in feature.parsed_requires)
+        verdicts = self.verdicts(feature.target, feature.parsed_requires, _engine_of(feature))
         try:
             source = self.source_of(feature.target) if self.info(feature.target) else None
         except Exception as exc:  # noqa: BLE001 - Unreadable, or a failure of the check itself
@@ -1225,6 +1275,20 @@ class Checker:
                                 f"module {feature.target}", self._closest_module(feature.target)),)
         return StaticResult(feature.name, feature.target, source, verdicts,
                             tuple(dict.fromkeys(self.failures)))
+
+
+def _engine_of(feature: Feature) -> str:
+    """The distribution name of ``feature``'s engine: its ``engine`` range's, the installed
+    engine adapter's when not declared (None), "" when it targets no engine or no adapter
+    loads."""
+    if feature.engine is not None:
+        return feature.engine_requirement.name if feature.engine else ""
+    from dsv41_flags.engines import adapter
+
+    try:
+        return adapter().name
+    except Exception:  # noqa: BLE001 - no adapter: the engine is unknown, nothing is probed
+        return ""
 
 
 def _carried(call: ast.Call, name: str) -> frozenset | None:
