@@ -491,7 +491,7 @@ def child(scenario: str, kind: str, steps: int, quick: bool, device: str) -> dic
     tp_group = tp_group_or_none(kind)
     weight = (torch.randn((HIDDEN, VOCAB), device=device, dtype=torch.bfloat16) * 0.02
               if device != "cpu" else None)  # the CPU dry run has only the "none" prologue
-    accept = type_attr(dv)
+    accept = engine_call
     variants = VARIANTS if device != "cpu" else (VARIANTS[4],)
     rigs: dict[str, Rig] = {}
     result["variants"] = {}
@@ -517,11 +517,10 @@ def child(scenario: str, kind: str, steps: int, quick: bool, device: str) -> dic
     return result
 
 
-def type_attr(dv):
-    """``accept_and_finalize`` as the engine calls it: looked up on the class at each call."""
-    def accept(executor, **kwargs):
-        return executor.accept_and_finalize(**kwargs)
-    return accept
+def engine_call(executor, **kwargs):
+    """``accept_and_finalize`` as the DSpark worker calls it: looked up on the class at each call,
+    so a patch installed (or switched) meanwhile is the one that runs."""
+    return executor.accept_and_finalize(**kwargs)
 
 
 def cost(dv, kind: str, quick: bool, device: str) -> dict:
@@ -538,7 +537,7 @@ def cost(dv, kind: str, quick: bool, device: str) -> dict:
     weight = torch.randn((HIDDEN, VOCAB), device=device, dtype=torch.bfloat16) * 0.02
     rounds, per_round = (3, 100) if quick else (5, 200)
     plain = lambda ex, **kw: original(ex, **kw)  # noqa: E731
-    wrapped = lambda ex, **kw: ex.accept_and_finalize(**kw)  # noqa: E731
+    wrapped = engine_call
     out: dict = {"scenario": "cost", "target": kind, "framework": framework, "rounds": rounds,
                  "steps_per_round": per_round, "sizes": {}}
     names = ("plain", "fence", "bypassed")
@@ -598,7 +597,6 @@ def cost(dv, kind: str, quick: bool, device: str) -> dict:
             print(f"  cost {prologue}/{bs}: gpu {[round(statistics.median(v), 1) for v in gpu.values()]} "
                   f"wall {[round(statistics.median(v), 1) for v in wall.values()]}",
                   file=sys.stderr, flush=True)
-            del rig
     return out
 
 
@@ -617,7 +615,8 @@ def probe(device: str) -> dict:
         rig.capture()
         rig.load(1, 1)
         rig.replay()
-        torch.cuda.synchronize() if device != "cpu" else None
+        if device != "cpu":
+            torch.cuda.synchronize()
         got = rig.executor.accept_and_finalize(**rig.folded_kwargs())
         want = rig.expected(1)
         assert all(torch.equal(getattr(got, f).cpu(), want[f].to(getattr(got, f).dtype))
