@@ -140,11 +140,14 @@ class ProcessStatus(RankId):
 
 
 class StatusAnswer(Record):
-    """``GET /dsv41_flags/status``: ``{ok, groups, ranks, server, error}``."""
+    """``GET /dsv41_flags/status``: ``{ok, groups, ranks, server, processes, error}``: each
+    scheduler rank, the HTTP process (``server``) and every other process of the launch outside
+    the schedulers (``processes``: the detokenizer, the data-parallel controller)."""
 
     ok: StrictBool
     ranks: Annotated[tuple[ProcessStatus, ...], _bounded(LIST_MAX)] = ()
     server: Optional[ProcessStatus] = None
+    processes: Annotated[tuple[ProcessStatus, ...], _bounded(LIST_MAX)] = ()
     error: Text = ""
 
 

@@ -96,7 +96,7 @@ def test_status_lists_every_rank(cli, server):
     assert r.exit_code == 0, r.output
     assert "2 scheduler rank(s), generation 1 on every rank" in r.output
     assert sum(1 for line in lines(r) if line.startswith("  tp")) == 2
-    assert "  server  pid 10" in r.output
+    assert "pid 10  generation" in r.output and "(the HTTP server)" in r.output
     data = json.loads(cli("status", "--url", server.url, "--json").stdout)
     assert data["generations_agree"] is True and len(data["ranks"]) == 2
     server.answer({**STATUS, "ranks": [{**RANK, "serving": {"installed": ["folded_fence"],
@@ -461,3 +461,21 @@ def test_a_url_no_server_could_have_is_refused_before_sending(url):
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         data = json.loads(proc.stdout)
         assert data["ok"] is False and "is not an http:// URL of the engine server" in data["error"]
+
+
+def test_set_and_status_list_every_process_outside_the_schedulers(cli, server):
+    """The HTTP process and every other process of the launch (``processes``) are printed with
+    their role, pid and generation, as ``set`` answered them and as ``status --url`` reads them."""
+    detok = {"ok": True, "role": "detokenizer", "pid": 31, "generation": 1, "new": True}
+    server.answer({**APPLIED, "processes": [{**detok, "role": "launcher", "pid": 10}, detok]})
+    r = cli("set", "folded_fence=on", "--url", server.url, "--by", "t")
+    assert r.exit_code == 0, r.output
+    assert "  launcher pid 10: generation 1" in r.output and "  detokenizer pid 31: generation 1" in r.output
+    server.answer({**STATUS, "processes": [{**RANK, "pid": 31, "role": "detokenizer",
+                                            "tp_rank": None, "pp_rank": None}]})
+    r = cli("status", "--url", server.url)
+    assert r.exit_code == 0, r.output
+    assert "  detokenizer  pid 31  generation" in r.output
+    server.answer({**APPLIED, "processes": [{"ok": "yes", "pid": 1}]})
+    r = cli("set", "folded_fence=on", "--url", server.url, "--by", "t")
+    assert r.exit_code == 1 and "processes.0.ok" in r.output

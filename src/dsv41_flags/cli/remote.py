@@ -43,8 +43,20 @@ class RankApplied(RankId):
     reason: Text = ""
 
 
+class ProcessApplied(Record):
+    """One process outside the schedulers in a switch's answer (``engines/sglang/peers.py``)."""
+
+    ok: StrictBool
+    role: Text = ""
+    pid: Count
+    generation: Optional[Count] = None
+    new: Optional[StrictBool] = None
+    reason: Text = ""
+
+
 class Applied(Record):
-    """``POST /dsv41_flags/set`` answered ``ok: true``: the switch and every rank's outcome."""
+    """``POST /dsv41_flags/set`` answered ``ok: true``: the switch, every rank's outcome and
+    every other process's (``processes``)."""
 
     ok: StrictBool
     feature: Text
@@ -53,6 +65,7 @@ class Applied(Record):
     generation: Count
     step: Optional[Count] = None
     ranks: Annotated[list[RankApplied], Field(min_length=1, max_length=LIST_MAX)]
+    processes: Annotated[list[ProcessApplied], Field(max_length=LIST_MAX)] = []
 
 
 class Refusal(Record):
@@ -209,6 +222,8 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
                   f"{answer.generation}, on {len(answer.ranks)} rank(s) at step {answer.step}")
         for r in answer.ranks:
             out.print(f"  {_rank(r)} pid {r.pid}: generation {r.generation} step {r.step}")
+        for p in answer.processes:
+            out.print(f"  {safe_text(p.role) or 'process'} pid {p.pid}: generation {p.generation}")
         out.print("an override until the next launch: settings files decide at boot")
     else:
         err.print(f"error: {answer.error}", style="red")
@@ -246,9 +261,12 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                     "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
                                                                for r in ranks))
             out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
-            if answer.server is not None:
-                out.print(f"  server  pid {answer.server.pid}  (HTTP process: not switched, live "
-                          f"patches run in the schedulers)")
+            for p in ((answer.server,) if answer.server is not None else ()) + answer.processes:
+                out.print(f"  {safe_text(p.role) or 'process'}  pid {p.pid}  generation "
+                          f"{p.generation}" + ("  (the HTTP server)" if p is answer.server else ""))
+                for f in p.features:
+                    out.print(f"    {safe_text(f.name):<16} {safe_text(f.state):<12} "
+                              f"{str(f.value):<6} {'live' if f.live else 'boot':<5} from {f.source}")
         for r in ranks:
             out.print(f"  {_rank(r)}  pid {r.pid}  step {r.step}  generation {r.generation}  "
                       f"profile {r.profile}")
