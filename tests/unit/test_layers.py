@@ -18,7 +18,7 @@ import dsv41_flags
 PACKAGE = Path(dsv41_flags.__file__).resolve().parent
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "names", "values", "text", "files", "logs", "state", "engines", "secrecy"}),
+    ("foundation", {"errors", "names", "values", "text", "wire", "files", "logs", "state", "engines", "secrecy"}),
     ("declarations", {"requires", "declare"}),
     ("settings", {"resolution", "settings"}),
     ("resolution", {"fingerprint"}),

@@ -25,7 +25,7 @@ from dsv41_flags.fingerprint import compute, masked_argv, prefix_sources
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.runtime import Runtime, resolve_launch
-from dsv41_flags.resolution import _jsonable
+from dsv41_flags.wire import dumps, jsonable
 from dsv41_flags.state import blocks_boot
 from dsv41_flags.status import preview
 
@@ -137,16 +137,11 @@ IMPORT_TIMEOUT_S = 300
 
 
 def _emit_json(data: Any) -> None:
-    try:
-        text = json.dumps(_jsonable(data), indent=2, default=str, allow_nan=False)
-    except ValueError:  # NaN or Infinity from outside data: not JSON, so written as text
-        text = json.dumps(json.loads(json.dumps(_jsonable(data), default=str),
-                                     parse_constant=str), indent=2)
-    _write_json_text(text)
+    _write_json_text(dumps(data, indent=2))  # strict JSON: NaN and Infinity from outside as text
 
 
 def _write_json(data: Any) -> None:
-    _write_json_text(json.dumps(data, indent=2))
+    _write_json_text(dumps(data, indent=2))
 
 
 def _write_json_text(text: str) -> None:
@@ -530,10 +525,10 @@ def _explained(resolved, kind: str, caster) -> dict:
     for source, raw in resolved.chain:
         try:
             cast_layer(key, kind, caster, source, raw)
-            layers.append({"source": source, "raw": _jsonable(raw), "valid": True, "error": "",
+            layers.append({"source": source, "raw": jsonable(raw), "valid": True, "error": "",
                            "wins": False})
         except CastError as exc:
-            layers.append({"source": source, "raw": _jsonable(raw), "valid": False,
+            layers.append({"source": source, "raw": jsonable(raw), "valid": False,
                            "error": f"accepted: {exc.accepted}", "wins": False})
     for layer in reversed(layers):
         if layer["valid"] and layer["source"] == resolved.source:
