@@ -40,6 +40,7 @@ from packaging.version import InvalidVersion, Version
 from dsv41_flags.upgrade_gate.sources import (
     SOURCE_MAX_BYTES, SourceView, Unreadable, find_in_dir, module_parts, read_file)
 from dsv41_flags.text import exception_text
+from dsv41_flags.files import write_atomic
 
 PIP_TIMEOUT_S = 900
 #: the largest zip central directory read (bytes): a real engine wheel's is under 1 MB (about
@@ -438,8 +439,7 @@ def _fetch(spec: str, req: Requirement, cache: Path) -> Release:
             why = lines[-1].strip() if lines else f"exit code {proc.returncode}, no wheel"
             return Release(spec, error=f"pip download {req} failed (is the package registry "
                                        f"reachable?): {why}")
-        final = cache / wheels[0].name
-        os.replace(wheels[0], final)
+        final = write_atomic(cache / wheels[0].name, wheels[0].read_bytes())
         return _open_wheel(spec, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
