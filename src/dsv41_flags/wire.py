@@ -8,6 +8,7 @@ cycle, a ``frozenset`` key or an object whose ``str`` raises, while a log line m
 """
 from __future__ import annotations
 
+import enum
 import json
 import math
 from typing import Any
@@ -21,12 +22,14 @@ MAX_INT_BITS = 8192
 def jsonable(value: Any, _depth: int = 0, _seen: frozenset[int] = frozenset()) -> Any:
     """``value`` as plain JSON types (None, bool, int, float, str, list, dict with str keys).
 
-    Tuples, lists and sets become lists (sets sorted by text); a str / int / bool subclass (an
-    enum member) its plain base value; ``NaN`` / ``inf`` / ``-inf`` the strings ``"NaN"`` /
+    Tuples, lists and sets become lists (sets sorted by text); a str / int / bool subclass its
+    plain base value (an enum member its value); ``NaN`` / ``inf`` / ``-inf`` the strings ``"NaN"`` /
     ``"Infinity"`` / ``"-Infinity"``; a dict key that is not a str its text (``(1, 2)`` ->
     ``"(1, 2)"``, None -> ``"null"``); an int over ``MAX_INT_BITS`` bits ``"<int of N bits>"``; a
     cycle ``"<cycle>"``; nesting past ``MAX_DEPTH`` and any other object their ``str``
     (``repr`` when ``str`` raises, ``"<unrepresentable T>"`` when both do). Never raises."""
+    if isinstance(value, enum.Enum):
+        value = value.value
     if value is None or isinstance(value, (bool, str)):
         return value if type(value) in (bool, str) or value is None else _base(value)
     if isinstance(value, int):
