@@ -66,6 +66,8 @@ def _base(value: Any) -> Any:
 
 
 def _key(key: Any) -> str:
+    if isinstance(key, enum.Enum):
+        key = key.value
     if isinstance(key, str):
         return str(key)
     plain = jsonable(key, MAX_DEPTH)

@@ -20,5 +20,9 @@ def test_bad_ranges_are_refused_at_declaration(engine, fixed_in, what):
                                               ("sglang~=0.5.23", "==0.5.30rc1"), ("sglang", ""),
                                               ("", ">=1,<2,!=1.5")])
 def test_good_ranges_are_accepted(engine, fixed_in):
-    Feature(name="x", target="json", install=lambda m, c: None, summary="s", engine=engine,
-            fixed_in=fixed_in)
+    f = Feature(name="x", target="json", install=lambda m, c: None, summary="s", engine=engine,
+                fixed_in=fixed_in)
+    assert (f.engine, f.fixed_in) == (engine, fixed_in)
+    if engine:
+        assert f.engine_requirement.name == "sglang"
+    assert f.engine_label == (engine or "no engine range")
