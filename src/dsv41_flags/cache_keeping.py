@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pydantic import ValidationError
+
 from dsv41_flags.files import FileRefused, SymlinkRefused, clean_stale_temps, read_regular, write_atomic
-from dsv41_flags.fingerprint import Fingerprint, is_sha256
+from dsv41_flags.fingerprint import Fingerprint
+from dsv41_flags.snapshot import PayloadWire, Sha256, WireRecord, problem
 from dsv41_flags.text import exception_text
 from dsv41_flags.wire import dumps
 
@@ -64,29 +67,21 @@ def read_json(path: os.PathLike | str, max_bytes: int, *, follow_symlinks: bool 
 
 
 def payload_problem(payload: Any) -> str | None:
-    """Why ``payload`` is not a fingerprint payload, or None when it is one: a JSON object with
-    ``argv`` (list of str), ``env`` (object of str -> str) and ``settings`` (object of str -> JSON
-    value: str, number, bool, null, or a list of those), and nothing else."""
-    if not isinstance(payload, dict):
-        return f"payload is {type(payload).__name__}, not an object"
-    extra = sorted(set(payload) - {"argv", "env", "settings"})
-    if extra:
-        return f"payload has unknown key(s) {extra}"
-    argv = payload.get("argv")
-    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
-        return "payload.argv is not a list of strings"
-    env = payload.get("env")
-    if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
-        return "payload.env is not an object of strings"
-    settings = payload.get("settings")
-    if not isinstance(settings, dict):
-        return "payload.settings is not an object"
-    scalar = (str, int, float, bool, type(None))
-    for key, value in settings.items():
-        if not (isinstance(value, scalar) or (isinstance(value, list)
-                                              and all(isinstance(v, scalar) for v in value))):
-            return f"payload.settings[{key!r}] is {type(value).__name__} (a nested value)"
+    """Why ``payload`` is not a fingerprint payload (``snapshot.PayloadWire``: a JSON object of
+    exactly ``argv``, a list of str, ``env``, an object of str -> str, and ``settings``, an object
+    of str -> a JSON scalar or a list of them), or None when it is one."""
+    try:
+        PayloadWire.model_validate(payload)
+    except ValidationError as exc:
+        return problem(exc, "payload")
     return None
+
+
+class SidecarWire(WireRecord):
+    """A sidecar file's JSON: ``{"fingerprint": "<64 hex>", "payload": <payload>}``."""
+
+    fingerprint: Sha256
+    payload: PayloadWire
 
 
 @dataclass(frozen=True)
@@ -123,15 +118,11 @@ def _read_sidecar(path: os.PathLike | str) -> Sidecar:
         return Sidecar("", None, error=f"{path}: cannot read it: {why}")
     except ValueError as exc:
         return Sidecar("", None, error=f"{path}: not a sidecar ({exc}; {expected})")
-    if not isinstance(doc, dict):
-        return Sidecar("", None, error=f"{path}: not a sidecar ({expected})")
-    digest = doc.get("fingerprint")
-    if not is_sha256(digest):
-        return Sidecar("", None, error=f"{path}: not a sidecar (fingerprint is not 64 hex; {expected})")
-    problem = payload_problem(doc.get("payload"))
-    if problem:
-        return Sidecar("", None, error=f"{path}: not a sidecar ({problem}; {expected})")
-    return Sidecar(digest, doc["payload"])
+    try:
+        SidecarWire.model_validate(doc)
+    except ValidationError as exc:
+        return Sidecar("", None, error=f"{path}: not a sidecar ({problem(exc, 'sidecar')}; {expected})")
+    return Sidecar(doc["fingerprint"], doc["payload"])
 
 
 def matches(sidecar: Sidecar, fingerprint: Fingerprint) -> bool:

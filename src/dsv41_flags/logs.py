@@ -34,14 +34,11 @@ LOGGER_NAME = "dsv41_flags"
 
 # ------------------------------------------------------------------------------- health
 class LogHealth:
-    """Process-wide count of log lines hit by a write, render or processor error.
-
-    failures: such lines so far; reported: how many of them a ``log.errors`` event has already
-    reported; last_error: ``"<kind>: <ExcType>: <message>"`` of the latest failure; cut_line: the
-    last write stopped inside a line (the next line starts on a fresh one). Part of the process's
-    log pipeline, like structlog's own configuration (a forked child inherits the counts of its
-    parent). Takes no lock: a lock held by another thread at ``os.fork`` would hang the child's
-    next log line."""
+    """Process-wide count of log lines hit by a write, render or processor error (a forked child
+    inherits its parent's). failures: such lines so far; reported: how many a ``log.errors`` event
+    reported; last_error: ``"<kind>: <ExcType>: <message>"`` of the latest; cut_line: the last
+    write stopped inside a line. Takes no lock: one held by another thread at ``os.fork`` would
+    hang the child's next log line."""
 
     def __init__(self) -> None:
         self.failures = 0
@@ -194,9 +191,7 @@ class _AroundLevel:
         self.name = target.name
 
     def __getattr__(self, method: str) -> Callable[..., None]:
-        level = _STDLIB_LEVELS.get(method.upper(), logging.INFO)
-        if method in ("exception", "err"):
-            level = logging.ERROR
+        level = _STDLIB_LEVELS.get("ERROR" if method == "exception" else method.upper(), logging.INFO)
         target = self.target
 
         def emit(msg: Any = "", *args: Any, extra: Mapping | None = None, **_kw: Any) -> None:
@@ -230,15 +225,6 @@ class FrameworkLogger:
         """This logger with ``fields`` added to every event."""
         return FrameworkLogger(self.context, self.report, {**self.fields, **fields})
 
-    def new(self, **fields: Any) -> "FrameworkLogger":
-        """This logger with only ``fields`` bound."""
-        return FrameworkLogger(self.context, self.report, fields)
-
-    def unbind(self, *keys: str) -> "FrameworkLogger":
-        """This logger without ``keys``."""
-        return FrameworkLogger(self.context, self.report,
-                               {k: v for k, v in self.fields.items() if k not in keys})
-
     def _bound(self, report: bool) -> Any:
         config = structlog.get_config()
         logger = config["logger_factory"](LOGGER_NAME)
@@ -268,7 +254,7 @@ class FrameworkLogger:
         HEALTH.reporting = True
         try:
             failures = HEALTH.failures
-            self.new()._bound(True).warning("log.errors", errors=failures - HEALTH.reported,
+            FrameworkLogger(self.context, True, {})._bound(True).warning("log.errors", errors=failures - HEALTH.reported,
                                             total=failures, last_error=HEALTH.last_error)
             if HEALTH.failures == failures:
                 HEALTH.reported = failures
@@ -276,10 +262,6 @@ class FrameworkLogger:
             HEALTH.failed("processor", exc)
         finally:
             HEALTH.reporting = False
-
-    def log(self, level: int, event: Any = None, *args: Any, **kw: Any) -> None:
-        """Emit ``event`` at the numeric ``level`` (``logging.INFO``...); never raises."""
-        self._emit("log", level, event, *args, **kw)
 
     def _level(name: str) -> Callable[..., None]:  # noqa: N805 - a helper of the class body
         def method(self: "FrameworkLogger", event: Any = None, *args: Any, **kw: Any) -> None:
@@ -290,8 +272,7 @@ class FrameworkLogger:
         return method
 
     debug, info, warning, warn = _level("debug"), _level("info"), _level("warning"), _level("warn")
-    error, err, critical, fatal = _level("error"), _level("err"), _level("critical"), _level("fatal")
-    exception, msg = _level("exception"), _level("msg")
+    error, critical, exception = _level("error"), _level("critical"), _level("exception")
     del _level
 
 

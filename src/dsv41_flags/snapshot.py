@@ -348,7 +348,7 @@ def _short(value: Any) -> str:
 
 
 # ------------------------------------------------------------------ the wire format (pydantic)
-class _Wire(BaseModel):
+class WireRecord(BaseModel):
     """A record of the snapshot as JSON: frozen, no unknown key, every field of the JSON type the
     launch writes (strict: ``"1"`` is no integer, ``1`` no boolean)."""
 
@@ -360,7 +360,7 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 Pair = Annotated[tuple[str, str], Field(strict=False)]
 
 
-class ResolvedWire(_Wire):
+class ResolvedWire(WireRecord):
     """One resolved key (``resolved_to_dict``); ``value`` is checked by ``typed_value``."""
 
     key: str
@@ -372,7 +372,7 @@ class ResolvedWire(_Wire):
     chain: list[Annotated[tuple[str, Any], Field(strict=False)]]
 
 
-class ResolutionWire(_Wire):
+class ResolutionWire(WireRecord):
     """The resolution (``resolution_to_dict``); ``reserved`` is checked by ``_reserved``."""
 
     profile: str
@@ -385,15 +385,19 @@ class ResolutionWire(_Wire):
     notes: list[str] = []
 
 
-class PayloadWire(_Wire):
-    """The fingerprint payload: what its digest is the sha256 of."""
+Scalar = str | int | float | bool | None
+
+
+class PayloadWire(WireRecord):
+    """The fingerprint payload, in the snapshot and in a cache sidecar: what its digest is the
+    sha256 of; each setting a JSON scalar or a list of them."""
 
     argv: list[str]
     env: dict[str, str]
-    settings: dict[str, Any]
+    settings: dict[str, Scalar | list[Scalar]]
 
 
-class FingerprintWire(_Wire):
+class FingerprintWire(WireRecord):
     """The fingerprint (``fingerprint_to_dict``)."""
 
     digest: Sha256
@@ -401,7 +405,7 @@ class FingerprintWire(_Wire):
     excluded: dict[str, str] = {}
 
 
-class SnapshotWire(_Wire):
+class SnapshotWire(WireRecord):
     """The whole ``DSV41_SNAPSHOT`` value (``Launch.to_dict``), schema version ``VERSION``."""
 
     v: Literal[VERSION]  # type: ignore[valid-type]
@@ -419,18 +423,19 @@ class SnapshotWire(_Wire):
 _FINGERPRINT = TypeAdapter(dict[str, list[str] | dict[str, str]], config=ConfigDict(strict=True))
 
 
-def _refused(exc: ValidationError, root: str = "snapshot") -> SnapshotError:
-    """The first error of a ValidationError as a SnapshotError naming its path and what is
-    accepted (pydantic's message: "Input should be a valid integer")."""
+def problem(exc: ValidationError, root: str) -> str:
+    """The first error of ``exc`` (a validation of one of the models above) as text naming its
+    path under ``root`` and what is accepted (pydantic's message: "Input should be a valid
+    integer")."""
     errors = exc.errors(include_url=False)
     first = errors[0]
     where = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     if first["type"] == "missing":
-        return _fail(f"{where} is missing{more}")
+        return f"{where} is missing{more}"
     if first["type"] == "extra_forbidden":
-        return _fail(f"unknown key {where}{more}")
-    return _fail(f"{where} = {_short(first['input'])}: {first['msg']}{more}")
+        return f"unknown key {where}{more}"
+    return f"{where} = {_short(first['input'])}: {first['msg']}{more}"
 
 
 def decode(raw: str) -> dict:
@@ -453,7 +458,7 @@ def decode(raw: str) -> dict:
     try:
         SnapshotWire.model_validate(data)
     except ValidationError as exc:
-        raise _refused(exc) from None
+        raise _fail(problem(exc, "snapshot")) from None
     fp = data["fingerprint"]
     recomputed = hashlib.sha256(canonical(fp["payload"])).hexdigest()
     if recomputed != fp["digest"]:
@@ -534,7 +539,7 @@ def _reserved(reserved: Mapping) -> dict[str, Any]:
     try:
         fp = _FINGERPRINT.validate_python(reserved.get("FINGERPRINT"))
     except ValidationError as exc:
-        raise _refused(exc, "reserved setting FINGERPRINT") from None
+        raise _fail(problem(exc, "reserved setting FINGERPRINT")) from None
     out["FINGERPRINT"] = {name: tuple(v) if isinstance(v, list) else dict(v) for name, v in fp.items()}
     for name in ("prefixes", "volatile", "volatile_argv"):
         if not isinstance(out["FINGERPRINT"].get(name, ()), tuple):
