@@ -254,8 +254,9 @@ class FrameworkLogger:
         HEALTH.reporting = True
         try:
             failures = HEALTH.failures
-            FrameworkLogger(self.context, True, {})._bound(True).warning("log.errors", errors=failures - HEALTH.reported,
-                                            total=failures, last_error=HEALTH.last_error)
+            report = FrameworkLogger(self.context, True, {})._bound(True)
+            report.warning("log.errors", errors=failures - HEALTH.reported, total=failures,
+                           last_error=HEALTH.last_error)
             if HEALTH.failures == failures:
                 HEALTH.reported = failures
         except Exception as exc:
