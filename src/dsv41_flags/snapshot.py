@@ -120,8 +120,8 @@ class Launch(NamedTuple):
                   sources: Mapping[Path, bytes]) -> "Launch":
         """Inverse of ``to_dict`` for a ``decode``-checked dict whose code was loaded:
         ``features`` (built from the verified code) and ``sources`` (path -> the verified bytes of
-        each feature file). Every value is re-cast through its feature's declared type and bounds
-        (``resolution_from_dict``). Raises SnapshotError."""
+        each feature file). Every value is checked by its JSON type and its feature's
+        declared type and bounds (``resolution_from_dict``). Raises SnapshotError."""
         return cls(resolution_from_dict(data["resolution"], features),
                    fingerprint_from_dict(data["fingerprint"]), data["features_dir"],
                    tuple(sorted((str(p), sha256_bytes(b)) for p, b in sources.items())),
@@ -192,8 +192,8 @@ def typed_value(where: str, what: str, caster: Callable[[Any], Any], raw: Any) -
 
 
 def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
-    """Inverse of ``resolved_to_dict`` for ``key`` of ``feature``: the value re-cast through the
-    feature's declared type and bounds. Raises SnapshotError naming the key and what is wrong."""
+    """Inverse of ``resolved_to_dict`` for ``key`` of ``feature``: the value checked by its JSON
+    type and the feature's declared type and bounds (``typed_value``). Raises SnapshotError naming the key and what is wrong."""
     where = f"snapshot value {key}={_short(entry['value'])}"
     keys = feature.keys()
     if key not in keys:
@@ -229,8 +229,8 @@ def resolution_to_dict(resolution: Resolution) -> dict:
 
 def resolution_from_dict(res: Mapping, features: Sequence[Feature]) -> Resolution:
     """Inverse of ``resolution_to_dict`` for a ``decode``-checked dict: every key must belong to
-    one of ``features`` (re-cast by ``resolved_from_dict``) and every key of them be present;
-    reserved settings re-cast by their declared types. Raises SnapshotError."""
+    one of ``features`` (checked by ``resolved_from_dict``) and every key of them be present;
+    reserved settings checked by their declared types (``typed_value``). Raises SnapshotError."""
     by_key = {k: f for f in features for k in f.keys()}
     values: dict[str, Resolved] = {}
     for key, entry in res["values"].items():
@@ -441,7 +441,7 @@ def problem(exc: ValidationError, root: str) -> str:
 def decode(raw: str) -> dict:
     """Parse and schema-check a ``DSV41_SNAPSHOT`` value (JSON or a spill reference).
 
-    Returns the checked dict (``SnapshotWire`` validated it; values not yet re-cast: see
+    Returns the checked dict (``SnapshotWire`` validated it; values not yet checked: see
     ``materialize``). Raises SnapshotError naming what is wrong; never KeyError/TypeError."""
     text = _text(raw)
     try:
@@ -554,8 +554,8 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     """The Launch and its features from a ``decode``-checked dict.
 
     Entry points must be declared by an installed distribution; feature files must match their
-    recorded sha256 (the verified bytes are what is executed); every value is re-cast through its
-    feature's declared type and bounds; every key of every loaded feature must be present and no
+    recorded sha256 (the verified bytes are what is executed); every value is checked by its JSON
+    type and its feature's declared type and bounds; every key of every loaded feature must be present and no
     other. Raises SnapshotError (DeclarationError from a feature module that fails to import).
     """
     discover_features = discover_features or discover
