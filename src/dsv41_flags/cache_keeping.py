@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import ValidationError
-
 from dsv41_flags.files import FileRefused, SymlinkRefused, clean_stale_temps, read_regular, write_atomic
 from dsv41_flags.fingerprint import Fingerprint
-from dsv41_flags.snapshot import PayloadWire, Sha256, WireRecord, problem
+from dsv41_flags.snapshot_schema import PayloadWire, SidecarWire, problem
 from dsv41_flags.text import exception_text
 from dsv41_flags.wire import dumps
 
@@ -67,21 +65,10 @@ def read_json(path: os.PathLike | str, max_bytes: int, *, follow_symlinks: bool 
 
 
 def payload_problem(payload: Any) -> str | None:
-    """Why ``payload`` is not a fingerprint payload (``snapshot.PayloadWire``: a JSON object of
+    """Why ``payload`` is not a fingerprint payload (``snapshot_schema.PayloadWire``: a JSON object of
     exactly ``argv``, a list of str, ``env``, an object of str -> str, and ``settings``, an object
     of str -> a JSON scalar or a list of them), or None when it is one."""
-    try:
-        PayloadWire.model_validate(payload)
-    except ValidationError as exc:
-        return problem(exc, "payload")
-    return None
-
-
-class SidecarWire(WireRecord):
-    """A sidecar file's JSON: ``{"fingerprint": "<64 hex>", "payload": <payload>}``."""
-
-    fingerprint: Sha256
-    payload: PayloadWire
+    return problem(PayloadWire, payload, "payload")
 
 
 @dataclass(frozen=True)
@@ -118,10 +105,9 @@ def _read_sidecar(path: os.PathLike | str) -> Sidecar:
         return Sidecar("", None, error=f"{path}: cannot read it: {why}")
     except ValueError as exc:
         return Sidecar("", None, error=f"{path}: not a sidecar ({exc}; {expected})")
-    try:
-        SidecarWire.model_validate(doc)
-    except ValidationError as exc:
-        return Sidecar("", None, error=f"{path}: not a sidecar ({problem(exc, 'sidecar')}; {expected})")
+    wrong = problem(SidecarWire, doc, "sidecar")
+    if wrong:
+        return Sidecar("", None, error=f"{path}: not a sidecar ({wrong}; {expected})")
     return Sidecar(doc["fingerprint"], doc["payload"])
 
 

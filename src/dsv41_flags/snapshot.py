@@ -11,8 +11,8 @@ and the ``*_to_dict`` functions of its records), ``decode`` + ``materialize`` th
 (``Launch.from_dict`` and the ``*_from_dict`` functions). The reader treats the variable as
 untrusted text:
 
-* schema: the pydantic models below (``SnapshotWire`` and its parts: frozen, no unknown key,
-  strict JSON types) check version, keys and types (``SnapshotError`` naming the path and what is
+* schema: the pydantic models of ``snapshot_schema`` (``SnapshotWire`` and its parts: frozen, no
+  unknown key, strict JSON types) check version, keys and types (``SnapshotError`` naming the path and what is
   accepted, never a KeyError);
 * values: every flag and option value, and every reserved setting, must be the JSON value the
   launch writes for a value its declaration accepts (``typed_value``: a flag is a JSON boolean,
@@ -51,9 +51,8 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, feature_entry_points
@@ -167,9 +166,9 @@ def _secret_value(key: str, entry: Mapping, feature: Feature, option) -> Any:
 
 
 #: how each JSON type is named in a refusal
-_JSON_KINDS = {bool: "a JSON boolean (true or false)", int: "a JSON integer",
-               float: "a JSON number with a fraction (1.0)", str: "a JSON string",
-               list: "a JSON array", dict: "a JSON object", type(None): "null"}
+_JSON_KINDS = {bool: "a JSON boolean (true or false)", int: "a JSON integer", str: "a JSON string",
+               float: "a JSON number with a fraction (1.0)", list: "a JSON array",
+               dict: "a JSON object", type(None): "null"}
 
 
 def typed_value(where: str, what: str, caster: Callable[[Any], Any], raw: Any) -> Any:
@@ -193,7 +192,8 @@ def typed_value(where: str, what: str, caster: Callable[[Any], Any], raw: Any) -
 
 def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
     """Inverse of ``resolved_to_dict`` for ``key`` of ``feature``: the value checked by its JSON
-    type and the feature's declared type and bounds (``typed_value``). Raises SnapshotError naming the key and what is wrong."""
+    type and the feature's declared type and bounds (``typed_value``). Raises SnapshotError
+    naming the key and what is wrong."""
     where = f"snapshot value {key}={_short(entry['value'])}"
     keys = feature.keys()
     if key not in keys:
@@ -347,97 +347,6 @@ def _short(value: Any) -> str:
     return quoted(value, 80)
 
 
-# ------------------------------------------------------------------ the wire format (pydantic)
-class WireRecord(BaseModel):
-    """A record of the snapshot as JSON: frozen, no unknown key, every field of the JSON type the
-    launch writes (strict: ``"1"`` is no integer, ``1`` no boolean)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-
-Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
-#: a JSON array of fixed length read as a tuple (strict tuples refuse JSON arrays)
-Pair = Annotated[tuple[str, str], Field(strict=False)]
-
-
-class ResolvedWire(WireRecord):
-    """One resolved key (``resolved_to_dict``); ``value`` is checked by ``typed_value``."""
-
-    key: str
-    feature: str
-    option: str | None
-    value: Any
-    source: str
-    secret: bool = False
-    chain: list[Annotated[tuple[str, Any], Field(strict=False)]]
-
-
-class ResolutionWire(WireRecord):
-    """The resolution (``resolution_to_dict``); ``reserved`` is checked by ``_reserved``."""
-
-    profile: str
-    profiles: list[str]
-    files: list[str]
-    values: dict[str, ResolvedWire]
-    reserved: dict[str, Any]
-    volatile_sources: dict[str, str] = {}
-    problems: list[Annotated[tuple[str, str, str, str], Field(strict=False)]] = []
-    notes: list[str] = []
-
-
-Scalar = str | int | float | bool | None
-
-
-class PayloadWire(WireRecord):
-    """The fingerprint payload, in the snapshot and in a cache sidecar: what its digest is the
-    sha256 of; each setting a JSON scalar or a list of them."""
-
-    argv: list[str]
-    env: dict[str, str]
-    settings: dict[str, Scalar | list[Scalar]]
-
-
-class FingerprintWire(WireRecord):
-    """The fingerprint (``fingerprint_to_dict``)."""
-
-    digest: Sha256
-    payload: PayloadWire
-    excluded: dict[str, str] = {}
-
-
-class SnapshotWire(WireRecord):
-    """The whole ``DSV41_SNAPSHOT`` value (``Launch.to_dict``), schema version ``VERSION``."""
-
-    v: Literal[VERSION]  # type: ignore[valid-type]
-    pid: int | None
-    env: dict[str, str]
-    resolution: ResolutionWire
-    fingerprint: FingerprintWire
-    features_dir: str | None
-    feature_files: list[Annotated[tuple[str, Sha256], Field(strict=False)]]
-    entry_points: list[Pair]
-    declarations: dict[str, dict[str, str]]
-
-
-#: ``FINGERPRINT`` among the reserved settings: lists of strings, or string -> string tables
-_FINGERPRINT = TypeAdapter(dict[str, list[str] | dict[str, str]], config=ConfigDict(strict=True))
-
-
-def problem(exc: ValidationError, root: str) -> str:
-    """The first error of ``exc`` (a validation of one of the models above) as text naming its
-    path under ``root`` and what is accepted (pydantic's message: "Input should be a valid
-    integer")."""
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    where = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    if first["type"] == "missing":
-        return f"{where} is missing{more}"
-    if first["type"] == "extra_forbidden":
-        return f"unknown key {where}{more}"
-    return f"{where} = {_short(first['input'])}: {first['msg']}{more}"
-
-
 def decode(raw: str) -> dict:
     """Parse and schema-check a ``DSV41_SNAPSHOT`` value (JSON or a spill reference).
 
@@ -455,10 +364,11 @@ def decode(raw: str) -> dict:
     if version != VERSION or isinstance(version, bool):
         raise _fail(f"schema version {_short(version)} is not {VERSION}",
                     "written by another version of dsv41_flags? unset it or relaunch")
-    try:
-        SnapshotWire.model_validate(data)
-    except ValidationError as exc:
-        raise _fail(problem(exc, "snapshot")) from None
+    from dsv41_flags.snapshot_schema import SnapshotWire, problem  # pydantic: where one is read
+
+    wrong = problem(SnapshotWire, data, "snapshot")
+    if wrong:
+        raise _fail(wrong)
     fp = data["fingerprint"]
     recomputed = hashlib.sha256(canonical(fp["payload"])).hexdigest()
     if recomputed != fp["digest"]:
@@ -536,10 +446,12 @@ def _reserved(reserved: Mapping) -> dict[str, Any]:
         out[key] = typed_value(f"reserved setting {key}={_short(reserved[key])}", f"{kind} setting {key}",
                                lambda v, kind=kind, choices=choices: cast(kind, v, choices=choices),
                                reserved[key])
-    try:
-        fp = _FINGERPRINT.validate_python(reserved.get("FINGERPRINT"))
-    except ValidationError as exc:
-        raise _fail(problem(exc, "reserved setting FINGERPRINT")) from None
+    from dsv41_flags.snapshot_schema import FINGERPRINT_SETTING, problem
+
+    fp = reserved.get("FINGERPRINT")
+    wrong = problem(FINGERPRINT_SETTING, fp, "reserved setting FINGERPRINT")
+    if wrong:
+        raise _fail(wrong)
     out["FINGERPRINT"] = {name: tuple(v) if isinstance(v, list) else dict(v) for name, v in fp.items()}
     for name in ("prefixes", "volatile", "volatile_argv"):
         if not isinstance(out["FINGERPRINT"].get(name, ()), tuple):

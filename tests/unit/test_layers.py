@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("declarations", {"requires", "declare"}),
     ("settings", {"resolution", "settings"}),
     ("resolution", {"fingerprint"}),
-    ("features", {"discovery", "drift", "snapshot"}),
+    ("features", {"discovery", "drift", "snapshot_schema", "snapshot"}),
     ("hooks", {"hooks"}),
     ("install", {"wrappers", "live", "patch", "runtime", "rank_guard"}),
     ("events", {"status", "activation"}),
