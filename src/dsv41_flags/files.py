@@ -148,17 +148,13 @@ def host_tag() -> str:
 
 
 def write_atomic(path: os.PathLike | str, data: bytes, *, mode: int | None = None) -> Path:
-    """Write ``data`` to ``path`` atomically and return the absolute path: a temporary in the
-    same directory (``.<name>.dsv41-<host>-<pid>-<random>.tmp``, created ``O_EXCL |
-    O_NOFOLLOW``), fsync, ``rename(2)``, which replaces a link at ``path`` itself, never its
-    target. Temporaries of crashed writes of the same name are removed first
-    (``clean_stale_temps``).
-
-    ``path`` being a symbolic link raises ``SymlinkRefused`` (``errno.ELOOP``). mode: the new
-    file's mode (0o600 for a private file); None: an existing regular file's mode is kept, a new
-    file gets 0o666 minus the umask (the umask is never changed: thread-safe). Raises OSError when
-    the directory is not writable, read-only (``EROFS``) or full (``ENOSPC``); the temporary is
-    removed and the old file left untouched."""
+    """Write ``data`` to ``path`` atomically; returns the absolute path. A temporary in the same
+    directory (``.<name>.dsv41-<host>-<pid>-<random>.tmp``, ``O_EXCL | O_NOFOLLOW``; crashed
+    ones removed first, ``clean_stale_temps``), fsync, ``rename(2)`` (which replaces a link at
+    ``path`` itself, never its target). ``path`` being a symbolic link raises ``SymlinkRefused``.
+    mode: the new file's (0o600 for a private file); None: an existing regular file's mode is
+    kept, a new file gets 0o666 minus the umask (never changed: thread-safe). Raises OSError
+    (not writable, ``EROFS``, ``ENOSPC``); the temporary is removed, the old file untouched."""
     path = Path(os.path.abspath(path))
     try:
         st = os.lstat(path)

@@ -2,18 +2,12 @@
 
 Configured once per process (by ``activate``), before any feature module is imported: JSON lines
 (``JSONRenderer(serializer=wire.dumps)``: strict JSON whatever a feature logs) when stderr is not
-a terminal, structlog's console renderer when it is. If the host application already configured
-structlog, its configuration is kept and our events go through it.
-
-Logging never breaks the host:
-
-* every line goes to the stream that is ``sys.stderr`` *at write time* (``StderrLogger``): a host
-  that replaces ``sys.stderr`` after activation is honoured;
-* a write, render or processor error is swallowed, counted in ``HEALTH`` and reported once, as a
-  ``log.errors`` event, on the next line that goes through (``HEALTH.as_dict()`` in the runtime's
-  report); it is never raised into the caller (an engine import, an install, the rank guard). A
-  line whose renderer raised is still written, as strict JSON with a ``render_error`` field; a
-  line that could not be written is lost.
+a terminal, structlog's console renderer when it is; a host's own structlog configuration is kept.
+Logging never breaks the host: each line goes to the stream that is ``sys.stderr`` at write time
+(``StderrLogger``); a write, render or processor error is never raised into the caller (an engine
+import, an install, the rank guard) but counted in ``HEALTH`` and reported once, as a
+``log.errors`` event, on the next line that goes through. A line whose renderer raised is still
+written, as strict JSON with a ``render_error`` field; a line that could not be written is lost.
 """
 from __future__ import annotations
 
@@ -67,18 +61,16 @@ HEALTH = LogHealth()
 
 # --------------------------------------------------------------------------------- output
 class StderrLogger:
-    """structlog logger (the sink) writing each rendered line to ``stream``, or to the stream
-    that is ``sys.stderr`` when the line is written. A missing, closed or failing stream loses the
-    line, counted in ``HEALTH``; it never raises. Every level method is ``msg``.
+    """structlog logger (the sink): each rendered line to ``stream``, or to the stream that is
+    ``sys.stderr`` when the line is written. A missing, closed or failing stream loses the line,
+    counted in ``HEALTH``; it never raises.
 
-    A standard text stream over a descriptor (``sys.stderr``) gets the line's bytes through its
-    raw file (after flushing what it buffered, so the order is kept), and the count written is
-    checked: the text and buffered layers of CPython report success while they drop the bytes of
-    a full non-blocking pipe, and so would ``structlog.WriteLogger``. Bytes a full non-blocking
-    descriptor does not take are a lost line (kind ``write``, reported once by the next
-    ``log.errors``); a line cut after its first bytes is followed by a newline first. A blocking
-    descriptor blocks as any write to it does. Any other stream (a test's ``StringIO``, a host's
-    wrapper of ``sys.stderr``) is written by ``structlog.WriteLogger``."""
+    A text stream over a descriptor (``sys.stderr``) gets the line's bytes through its raw file
+    after a flush (order kept), and the count written is checked: CPython's text and buffered
+    layers, and so ``structlog.WriteLogger``, report success while they drop the bytes of a full
+    non-blocking pipe. What such a pipe does not take is a lost line, with no wait; a line cut
+    after its first bytes is followed by a newline first. Any other stream (a ``StringIO``, a
+    host's wrapper) is written by ``structlog.WriteLogger``."""
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream
@@ -168,13 +160,6 @@ def process_name() -> str:
         return "MainProcess"
 
 
-def _context_only(logger: Any, method_name: str, event_dict: dict) -> dict:
-    """Processor for events without a runtime: ``pid`` and ``process``."""
-    event_dict.setdefault("pid", os.getpid())
-    event_dict.setdefault("process", process_name())
-    return event_dict
-
-
 # ------------------------------------------------------------------- the framework logger
 #: the report's wrapper class: structlog's filtering bound logger at NOTSET (filters nothing)
 _UNFILTERED = structlog.make_filtering_bound_logger(logging.NOTSET)
@@ -202,18 +187,15 @@ class _AroundLevel:
 
 
 class FrameworkLogger:
-    """The framework's logger: every level method never raises (errors are counted in
-    ``HEALTH``), and the first line that goes through after a failure is followed by one
-    ``log.errors`` event.
+    """The framework's logger: no level method raises (errors are counted in ``HEALTH``); the
+    first line that goes through after a failure is followed by one ``log.errors`` event.
 
-    Each event is emitted by a structlog bound logger built from the configuration current at
-    that moment (``structlog.get_config()`` and ``structlog.wrap_logger``), so
-    ``capture_logs`` and a later ``structlog.configure`` apply: first ``context`` (the process
-    context), then the configured processors. report=True (the framework's report events:
-    ``flags.resolved``, ``feature.*``, ``snapshot.*``, ``flags.error``...): no level filter
-    applies, neither ``log_level`` nor a host's filtering wrapper class or ``filter_by_level``
-    processor, and a host's stdlib logger is reached around its level (``_AroundLevel``): every
-    process says which patches are on whatever the level. report=False (a feature's own events,
+    Each event goes through a structlog bound logger built from the configuration current then
+    (``structlog.get_config()``, ``structlog.wrap_logger``), so ``capture_logs`` and a later
+    ``structlog.configure`` apply: ``context`` first, then the configured processors.
+    report=True (``flags.*``, ``feature.*``, ``snapshot.*``...): no level filter applies (neither
+    ``log_level`` nor a host's filtering wrapper or ``filter_by_level``), and a host's stdlib
+    logger is reached around its level (``_AroundLevel``). report=False (a feature's own events,
     ``ctx.log``): the configured wrapper class filters as configured."""
 
     __slots__ = ("context", "report", "fields")
@@ -282,7 +264,7 @@ def get_logger(context: ProcessContext | None = None, *, report: bool = True,
     """The framework's logger (``FrameworkLogger``): ``context`` (or pid/process only) added by a
     processor, then the configured chain; ``bound``: fields bound into every event. Safe to call
     before ``configure`` and before any runtime exists (e.g. for ``flags.error``)."""
-    return FrameworkLogger(context or _context_only, report, bound)
+    return FrameworkLogger(context or ProcessContext(), report, bound)
 
 
 # ------------------------------------------------------------------------- safe console
