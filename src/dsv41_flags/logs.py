@@ -175,9 +175,11 @@ class _AroundLevel:
         self.target = target
         self.name = target.name
 
-    def __getattr__(self, method: str) -> Callable[..., None]:
-        level = _STDLIB_LEVELS.get("ERROR" if method == "exception" else method.upper(), logging.INFO)
-        target = self.target
+    def __getattr__(self, method: str) -> Any:
+        name = "ERROR" if method == "exception" else method.upper()
+        if name not in _STDLIB_LEVELS or name == "NOTSET":  # not a level method: the logger's own
+            return getattr(self.target, method)
+        level, target = _STDLIB_LEVELS[name], self.target
 
         def emit(msg: Any = "", *args: Any, extra: Mapping | None = None, **_kw: Any) -> None:
             target.handle(target.makeRecord(target.name, level, "(dsv41_flags)", 0, msg, args,
