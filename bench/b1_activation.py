@@ -41,7 +41,7 @@ GOAL_CLI_MS = 60.0      # (d) above its floor
 
 def make_snapshot() -> str:
     """The launch's snapshot, as the launching process hands it to its children."""
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
 
     rt = build([SETTINGS], None, environ=clean_env(**ARMED), argv=LAUNCH_ARGV,
                features_dir=FEATURES_DIR, use_snapshot=False, configure_logging=False)

@@ -86,7 +86,7 @@ def generate(root: Path) -> tuple[Path, Path, dict[str, str]]:
 BUILD = """
 import sys, time, json
 from pathlib import Path
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 import dynaconf
 t0 = time.perf_counter()
 rt = build([Path({settings!r})], None, argv={argv!r}, features_dir=Path({fdir!r}),
@@ -98,7 +98,7 @@ print(json.dumps({{"build": t1 - t0, "armed": len(rt.armed()), "digest": rt.fing
 
 DYNACONF = """
 import sys, time, json
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 from dynaconf import Dynaconf
 t0 = time.perf_counter()
 s = Dynaconf(envvar_prefix="DSV41", environments=True, force_env="tp3", env_switcher="DSV41_ENV",
@@ -113,7 +113,7 @@ print(json.dumps({{"load": t1 - t0}}))
 PARTS = """
 import sys, time, json
 from pathlib import Path
-import dsv41_flags.runtime as R, dsv41_flags.settings as S
+import dsv41_flags.assembly as A, dsv41_flags.settings as S
 import dsv41_flags.discovery as D, dsv41_flags.fingerprint as F
 import dynaconf
 spent = {{}}  # filled in the order the parts are wrapped below (the report's order)
@@ -126,7 +126,7 @@ timed(S, "_history", "  of which: _history() per key (Dynaconf history, read onc
 timed(D, "discover", "discovery (100 feature modules)")
 timed(F, "compute", "fingerprint")
 t0 = time.perf_counter()
-rt = R.build([Path({settings!r})], None, argv={argv!r}, features_dir=Path({fdir!r}),
+rt = A.build([Path({settings!r})], None, argv={argv!r}, features_dir=Path({fdir!r}),
              use_snapshot=False, configure_logging=False)
 spent["build() total"] = time.perf_counter() - t0
 print(json.dumps(spent))

@@ -34,6 +34,7 @@ BENCHMARKS = [
     ("5", "b5_static_check", "Static check"),
     ("6", "b6_upgrade_gate", "Upgrade gate"),
     ("7", "b7_server", "Server: time to healthy and /generate throughput"),
+    ("8", "b8_patch_check", "Patch check: the audit where a state is read"),
 ]
 
 

@@ -4,8 +4,8 @@ A module of its own, outside the ``dsv41_flags`` package, that imports nothing a
 sglang's loader imports it before calling ``load`` and swallows (logs, then boots with nothing
 applied) any exception raised by that import. ``load`` imports the package and its engine adapter
 itself, so a package that cannot load is reported (one ``flags.error`` line on stderr) and, unless
-``DSV41_STRICT`` is off, stops the process with exit status 3. The work itself is the adapter's
-``plugin_entry`` (``dsv41_flags.engines.EngineAdapter``).
+``DSV41_STRICT`` is off, stops the process with exit status 3. The work itself is the core's
+``dsv41_flags.activation.activate_plugin`` with the installed engine adapter.
 """
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ import sys
 
 
 def load() -> None:
-    """Call the engine adapter's plugin entry. When the package or its adapter cannot be loaded,
-    ``stop_unloadable`` says so and stops the process."""
+    """Activate this engine process (``activate_plugin``). When the package or its engine adapter
+    cannot be loaded, ``stop_unloadable`` says so and stops the process."""
     try:
-        from dsv41_flags.engines import adapter
+        from dsv41_flags.activation import activate_plugin
+        from dsv41_flags.engine import adapter
 
-        entry = adapter().plugin_entry
+        engine = adapter()
     except Exception as exc:
-        stop_unloadable("loading the engine adapter", exc)
+        stop_unloadable("loading dsv41_flags and its engine adapter", exc)
         return
-    entry()
+    activate_plugin(engine)
 
 
 def stop_unloadable(what: str, exc: BaseException) -> None:
@@ -44,3 +45,16 @@ def stop_unloadable(what: str, exc: BaseException) -> None:
     if os.environ.get("DSV41_STRICT", "").strip().lower() in ("0", "false", "off", "no"):
         return
     raise SystemExit(3) from None
+
+
+#: the platform plugin's entry-point name (pyproject: group ``sglang.srt.platforms``)
+CPU_PLATFORM = "dsv41_cpu"
+
+
+def cpu_platform() -> str | None:
+    """sglang's platform-plugin ``activate`` for ``dsv41_flags.engines.sglang.cpu_platform``: the
+    class's qualified name when ``SGLANG_PLATFORM`` names this plugin, else None (sglang calls
+    every plugin's ``activate`` when ``SGLANG_PLATFORM`` is unset; None keeps this one out)."""
+    if os.environ.get("SGLANG_PLATFORM", "").strip() != CPU_PLATFORM:
+        return None
+    return "dsv41_flags.engines.sglang.cpu_platform:CpuPlatform"

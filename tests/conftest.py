@@ -28,7 +28,8 @@ TEST_CACHE.mkdir(exist_ok=True)
 
 import pytest  # noqa: E402  (after the environment above: nothing may read HOME before)
 
-from dsv41_flags.runtime import Runtime, build  # noqa: E402
+from dsv41_flags.assembly import build  # noqa: E402
+from dsv41_flags.runtime import Runtime  # noqa: E402
 
 
 def pytest_unconfigure(config):

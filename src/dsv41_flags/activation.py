@@ -1,4 +1,4 @@
-"""Activation: once per process, truly, and one error policy for every entry.
+"""Activation: once per process, truly.
 
 * ``activate()`` holds a lock: two threads get one runtime, one ``flags.resolved``, one install.
 * A forked child owns its runtime: at fork (``os.register_at_fork``) the inherited runtime is
@@ -9,35 +9,30 @@
   it does not have.
 * A failed activation is remembered: ``activate()`` raises ``ActivationError`` again on retry
   instead of handing out a half-armed runtime.
-* Error policy (``fail``), the same for the sglang plugin, the ``dsv41-flags run`` bootstrap and
-  a direct ``activate()``: any exception while activating emits a structured ``flags.error``
-  event (cause, entry, pid, role, strict, outcome, and the state of every feature when a runtime
-  exists). Strict mode: the process stops with exit status 3. Non-strict: it runs, and the
-  event says which features are what.
+* Every entry (``activate()``, ``activate_entry``, the engine plugin's ``activate_plugin``) follows
+  the one error policy (``error_policy``).
 """
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import os
-import sys
 import threading
-import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import wrapt
-
-from dsv41_flags.engines import adapter
-from dsv41_flags.errors import ActivationError, FlagsError, SnapshotError
-from dsv41_flags.logs import ProcessContext, configure, get_logger
-from dsv41_flags.names import RESERVED, SNAPSHOT_VAR
-from dsv41_flags.runtime import Runtime, build
+from dsv41_flags import rank_guard
+from dsv41_flags.assembly import build
+from dsv41_flags.engine import EngineAdapter
+from dsv41_flags.error_policy import EXIT_STRICT, fail, import_failed
+from dsv41_flags.errors import ActivationError
+from dsv41_flags.logs import ProcessContext
+from dsv41_flags.names import SNAPSHOT_VAR
+from dsv41_flags.runtime import Runtime
 from dsv41_flags.snapshot import spill_path
-from dsv41_flags.values import CastError, cast_bool
 from dsv41_flags.text import exception_text
 
-EXIT_STRICT = 3
 #: how long a fork waits, in all, for imports in progress at arming to complete so that the child
 #: inherits their installs (seconds; an import still running then stays pending in the child)
 SETTLE_BEFORE_FORK_S = 0.5
@@ -50,6 +45,7 @@ _FAILED: tuple[int, BaseException] | None = None  # (pid, error) of a failed act
 _ACTIVATING: tuple[int, Runtime | None] | None = None
 #: (pid, runtime) of a failed activation's half-armed runtime: for ``flags.error``'s states only
 _PARTIAL: tuple[int, Runtime] | None = None
+_NO_RUNTIME_GUARD: int | None = None  # pid whose failed activation registered the rank guard
 
 
 def activate(settings_files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
@@ -76,7 +72,7 @@ def activate(settings_files: str | os.PathLike | Sequence[str | os.PathLike] | N
     try:
         return _activate(settings_files, profile, role, context, export)
     except BaseException as exc:  # KeyboardInterrupt / SystemExit too: reported, then re-raised
-        fail(exc, "activate", role, context)
+        _report(exc, "activate", role, context)
         raise
 
 
@@ -120,7 +116,7 @@ def _activate(settings_files, profile, role, context, export) -> Runtime:
             # a strict failure at a LATER import (or in another thread while arming: a target
             # whose import was in progress) follows the one error policy (flags.error, then exit
             # status 3), not an exception out of the engine's import statement
-            rt.on_import_failure = import_failed
+            rt.on_import_failure = functools.partial(import_failed, runtime=rt)
             rt.arm()
         except BaseException as exc:
             _FAILED = (pid, exc)
@@ -172,15 +168,17 @@ def set_process_state(state: tuple[Runtime | None, tuple[int, BaseException] | N
         _PARTIAL = None
 
 
-def _reporting_runtime() -> Runtime | None:
-    """The runtime whose states ``flags.error`` reports: the published one, else the half-armed
-    runtime of a failed or interrupted activation of this process (never handed out)."""
+def _report(exc: BaseException, entry: str, role: str | None,
+            context: Mapping[str, Any] | None) -> bool:
+    """``error_policy.fail`` with the runtime whose states ``flags.error`` reports: the published
+    one, else the half-armed runtime of a failed or interrupted activation of this process (never
+    handed out). True when the process must stop."""
     rt = current_runtime()
     if rt is None and _PARTIAL is not None and _PARTIAL[0] == os.getpid():
         rt = _PARTIAL[1]
     if rt is None and _ACTIVATING is not None and _ACTIVATING[0] == os.getpid():
         rt = _ACTIVATING[1]
-    return rt
+    return fail(exc, entry, role, context, runtime=rt)
 
 
 def _remove_spill_at_exit(rt: Runtime) -> None:
@@ -226,14 +224,14 @@ def _after_fork_in_child() -> None:
     global _LOCK, _ACTIVATING, _FAILED, _PARTIAL
     _LOCK = threading.RLock()
     if _ACTIVATING is not None:
-        partial = _ACTIVATING[1]
+        half = _ACTIVATING[1]
         _ACTIVATING = None
         exc = ActivationError(FORKED_MID_ACTIVATION.format(ppid=os.getppid()))
         _FAILED = (os.getpid(), exc)
-        if partial is not None:
-            partial.on_import_failure = import_failed
-            partial.abandon(str(exc))
-            _PARTIAL = (os.getpid(), partial)
+        if half is not None:
+            half.on_import_failure = functools.partial(import_failed, runtime=half)
+            half.abandon(str(exc))
+            _PARTIAL = (os.getpid(), half)
         return
     rt = _RUNTIME
     if rt is not None:
@@ -242,73 +240,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-
-
-# ---------------------------------------------------------------------------- policy
-def _strict_when_unknown(environ: Mapping[str, str] | None = None) -> bool:
-    """Strict mode when no resolution could be trusted: ``DSV41_STRICT`` when it is a valid flag
-    value, else True (the default)."""
-    environ = os.environ if environ is None else environ
-    try:
-        return cast_bool(environ.get(RESERVED["STRICT"].variable, "true") or "true")
-    except CastError:
-        return True
-
-
-def fail(exc: BaseException, entry: str, role: str | None = None,
-         context: Mapping[str, Any] | None = None) -> bool:
-    """Report an exception raised while activating through ``entry`` (``sglang-plugin``,
-    ``bootstrap``, ``activate``) and return True when the process must stop (strict mode: the
-    caller exits with status 3). Emits ``flags.error`` with cause, entry, pid, role, strict,
-    outcome and, when a runtime exists, the state of every feature; falls back to one plain line
-    on stderr when the event cannot be written. Never raises.
-    A KeyboardInterrupt / SystemExit is reported with outcome ``interrupted`` (it propagates)."""
-    rt = _reporting_runtime()
-    if isinstance(exc, ActivationError) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    if rt is not None:
-        strict = rt.strict
-    else:
-        strict = True if isinstance(exc, SnapshotError) else _strict_when_unknown()
-    if not isinstance(exc, Exception):
-        outcome = (f"interrupted: {type(exc).__name__} propagates; every later activate() in this "
-                   f"process raises ActivationError")
-    elif entry == "activate":  # a direct call: the exception goes to its caller, who decides
-        outcome = (f"raised {type(exc).__name__} to the caller of activate() ("
-                   + ("strict" if strict else "non-strict") + " mode; "
-                   + ("features as in 'states'" if rt is not None
-                      else "no feature is applied in this process") + ")")
-    else:
-        outcome = (f"stopped: exit status {EXIT_STRICT} (strict mode)" if strict else
-                   "running: " + ("every feature as in 'states'" if rt is not None
-                                  else "no feature is applied in this process"))
-    fields: dict[str, Any] = {
-        "cause": f"{exception_text(exc)}", "error_type": type(exc).__name__,
-        "entry": entry, "strict": strict, "outcome": outcome,
-        "internal": not isinstance(exc, FlagsError),
-    }
-    if rt is not None:
-        fields["states"] = rt.recorded_states()
-    try:
-        if rt is not None:
-            log = rt.log
-        else:
-            ctx = ProcessContext()
-            ctx.update(role=role or "unknown", **dict(context or {}))
-            configure(os.environ.get(RESERVED["LOG_FORMAT"].variable, "auto") or "auto",
-                      os.environ.get(RESERVED["LOG_LEVEL"].variable, "info") or "info", context=ctx)
-            log = get_logger(ctx)
-        if not isinstance(exc, FlagsError):
-            fields["traceback"] = "".join(traceback.format_exception(exc))
-        log.error("flags.error", **fields)
-    except Exception:  # the event cannot be written: one plain line, never a second failure
-        try:
-            sys.stderr.write(f"dsv41_flags: flags.error pid={os.getpid()} entry={entry} "
-                             f"{fields['cause']} -> {outcome}\n")
-            sys.stderr.flush()
-        except Exception:
-            pass
-    return strict
 
 
 def activate_entry(entry: str, *, role: str | None = None,
@@ -321,139 +252,56 @@ def activate_entry(entry: str, *, role: str | None = None,
     try:
         return _activate(None, None, role, context, True)
     except Exception as exc:
-        if fail(exc, entry, role, context):
+        if _report(exc, entry, role, context):
             raise SystemExit(EXIT_STRICT) from None
         return current_runtime()
     except BaseException as exc:
-        fail(exc, entry, role, context)
+        _report(exc, entry, role, context)
         raise
 
 
-def stop_process(status: int = EXIT_STRICT) -> None:
-    """Stop this process NOW with ``status``, from wherever it is (an import statement in any
-    thread, under a host's ``except BaseException``): flush stdout and stderr (the events are
-    out), remove the launch's spill file when this is the launching process, then ``os._exit``.
-    ``SystemExit`` is not used there: raised from an import in a thread it only ends the thread,
-    and a host loop catching BaseException would go on unpatched. ``atexit`` handlers do not run."""
-    for stream in (sys.stdout, sys.stderr):
+def activate_plugin(engine: EngineAdapter) -> None:
+    """The engine plugin loader's entry (``dsv41_flags_plugin.load``), in each engine process:
+    activate once (entry ``<engine>-plugin``) with the role and ranks of ``process_context()``
+    read first, so every event carries them; then, at the adapter's hook points: the live
+    transport (``arm_live``, when a feature is live), ``on_serving`` and the rank guard
+    (``on_world_ready``, outside ``no_world_roles``; after a failed non-strict activation too,
+    with no runtime, so this rank joins the gather the others block in). A step that raises emits
+    ``flags.error``; strict: ``SystemExit(3)``, which a plugin loader that swallows an
+    ``Exception`` (and would boot with nothing armed) does not catch."""
+    global _NO_RUNTIME_GUARD
+    entry = f"{engine.name or 'engine'}-plugin"
+    try:
+        ctx = dict(engine.process_context())
+    except Exception:  # an unexpected process shape: role and ranks unknown, activation goes on
+        ctx = {}
+    role = ctx.pop("role", None)
+    rt = activate_entry(entry, role=role, context=ctx)
+    if rt is None:  # failed, non-strict: the rank guard, once per process, with the reason
+        if role in engine.no_world_roles or _NO_RUNTIME_GUARD == os.getpid():
+            return
+        _NO_RUNTIME_GUARD = os.getpid()
         try:
-            stream.flush()
-        except Exception:
-            pass
-    try:
-        path = spill_path(os.environ.get(SNAPSHOT_VAR, ""))
-        rt = current_runtime()
-        if path and rt is not None and rt.launch_pid == os.getpid():
-            Path(path).unlink(missing_ok=True)
-    except Exception:
-        pass
-    os._exit(status)
-
-
-def import_failed(exc: BaseException, feature_name: str) -> None:
-    """The error policy for a failure at a target's import AFTER activation (the runtime's
-    ``on_import_failure``: strict drift or a failed install, an abandoned activation's hook): a
-    ``flags.error`` event (entry ``import``, the feature), then in strict mode ``stop_process``
-    (exit status 3). Non-strict: returns (the feature's own event says what it is)."""
-    if fail(exc, f"import of {feature_name}'s target"):
-        stop_process(EXIT_STRICT)
-
-
-# ------------------------------------------------------------------------- bootstrap
-def _interpreter_argv() -> list[str]:
-    return list(getattr(sys, "orig_argv", []) or [])
-
-
-def is_multiprocessing_helper(argv: Sequence[str] | None = None) -> bool:
-    """True for multiprocessing's resource tracker: it runs no user code and is not an engine
-    process."""
-    argv = _interpreter_argv() if argv is None else list(argv)
-    return "from multiprocessing.resource_tracker import main" in " ".join(argv)
-
-
-def is_forkserver(argv: Sequence[str] | None = None) -> bool:
-    """True in multiprocessing's forkserver: it runs no user code itself, but forks the children
-    that do (each then activates before its target, like a spawned child)."""
-    argv = _interpreter_argv() if argv is None else list(argv)
-    return "from multiprocessing.forkserver import main" in " ".join(argv)
-
-
-def is_spawn_child(argv: Sequence[str] | None = None) -> bool:
-    """True in a process started by multiprocessing's ``spawn`` (before its target runs)."""
-    argv = _interpreter_argv() if argv is None else list(argv)
-    return "--multiprocessing-fork" in argv and any("spawn_main" in a for a in argv)
-
-
-def bootstrap() -> None:
-    """Interpreter-start activation for ``dsv41-flags run`` (called by the bootstrap
-    ``sitecustomize``). The resource tracker is left alone. Every other process marks the
-    multiprocessing processes it creates (``mark_processes``). A spawned child (or a child of the
-    forkserver, which itself does not activate) waits until its process object arrives from its
-    parent: unpickling the mark activates it unless its target activates through the engine's
-    plugin loader (which knows role and ranks before the first event; ``SpawnedChild``).
-    Everything else activates now. A failure follows ``fail``: in strict mode the process exits
-    with status 3 before running anything."""
-    if is_multiprocessing_helper():
+            rank_guard.register_guard(None, reason=_failure_reason(), engine=engine)
+        except Exception as exc:
+            _report(exc, entry, role, ctx)  # non-strict here: it runs on
         return
-    mark_processes()
-    if is_spawn_child() or is_forkserver():
-        return
-    _bootstrap_activate()
 
+    def guard() -> None:
+        if not rt.guard_registered and rt.context.fields.get("role") not in engine.no_world_roles:
+            rt.guard_registered = rank_guard.register_guard(rt, engine=engine)
 
-def _bootstrap_activate(role: str | None = None) -> None:
-    try:
-        activate_entry("bootstrap", role=role)
-    except SystemExit:
+    live = any(f.live for f in rt.features.values())
+    for step in ([lambda: engine.arm_live(rt)] if live else []) + [lambda: engine.on_serving(rt), guard]:
         try:
-            sys.stderr.flush()
-        finally:
-            os._exit(EXIT_STRICT)  # never run the program unpatched
+            step()
+        except Exception as exc:
+            if _report(exc, entry, role, ctx):
+                raise SystemExit(EXIT_STRICT) from None
 
 
-class SpawnedChild:
-    """The mark a process under ``dsv41-flags run`` puts on each multiprocessing process object it
-    creates (attribute ``dsv41_flags_child``). It travels with the pickled process object to a
-    spawned or forkserver child, where unpickling it (``__reduce__`` ->
-    ``activate_spawned_child``) activates the child before its target runs. ``deferred`` (bool):
-    the target activates through the engine's plugin loader (``EngineAdapter.will_activate``,
-    decided in the parent from the target passed to the process's constructor)."""
-
-    __slots__ = ("deferred",)
-
-    def __init__(self, deferred: bool) -> None:
-        self.deferred = deferred
-
-    def __reduce__(self):
-        return activate_spawned_child, (self.deferred,)
-
-
-def activate_spawned_child(deferred: bool) -> SpawnedChild:
-    """Unpickling a ``SpawnedChild``: in a spawned or forkserver child that has no runtime yet
-    (nor a failed activation), activate now unless ``deferred``. Anywhere else (a process object
-    unpickled for another purpose) nothing happens. Returns the mark."""
-    if not deferred and (is_spawn_child() or is_forkserver()) and current_runtime() is None \
-            and not (_FAILED is not None and _FAILED[0] == os.getpid()):
-        _bootstrap_activate()
-    return SpawnedChild(deferred)
-
-
-def _mark_process(wrapped, instance, args, kwargs):
-    """wrapt wrapper of ``multiprocessing.process.BaseProcess.__init__(group, target, ...)``: the
-    process object gets its ``SpawnedChild`` mark."""
-    wrapped(*args, **kwargs)
-    target = kwargs.get("target", args[1] if len(args) > 1 else None)
-    try:
-        deferred = bool(adapter().will_activate(target))
-    except Exception:  # an engine adapter that cannot say: the child activates before its target
-        deferred = False
-    instance.dsv41_flags_child = SpawnedChild(deferred)
-
-
-def mark_processes() -> None:
-    """Wrap ``multiprocessing.process.BaseProcess.__init__`` (wrapt) so that every process
-    object created here carries its ``SpawnedChild`` mark. Called once per interpreter, by
-    ``bootstrap`` (a forked child inherits the wrapped class)."""
-    import multiprocessing.process as mpp
-
-    wrapt.wrap_function_wrapper(mpp, "BaseProcess.__init__", _mark_process)
+def _failure_reason() -> str:
+    """Why this process has no runtime (its latched activation error), for the rank guard's view."""
+    exc = _FAILED[1] if _FAILED is not None and _FAILED[0] == os.getpid() else None
+    exc = exc.__cause__ if isinstance(exc, ActivationError) and exc.__cause__ is not None else exc
+    return exception_text(exc)[:300] if exc is not None else "activation failed"

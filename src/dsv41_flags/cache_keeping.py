@@ -6,6 +6,7 @@ that sidecar matches the new launch. Writes are atomic and never follow a symbol
 (``files.write_atomic``); reads never block and never load more than ``SIDECAR_MAX_BYTES``; a
 damaged or foreign sidecar reads as one that matches nothing, with its ``error``.
 ``read_json`` reads the cache file itself the same way. The public API is ``__all__``.
+Source: the launch sidecar of the sglang#40320 workaround (the digest fix is sglang#40420).
 Loaded by a feature when it uses it (at install), never by activation itself.
 """
 from __future__ import annotations

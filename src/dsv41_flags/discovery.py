@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.engines import adapter
+from dsv41_flags.engine import adapter
 from dsv41_flags.names import RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.files import FEATURE_MAX_BYTES, FileRefused, read_regular
@@ -95,7 +95,7 @@ def installed_entry_points(group: str) -> list[importlib.metadata.EntryPoint]:
 
 def with_engine_default(features: Sequence[Feature]) -> list[Feature]:
     """``features`` with every ``engine=None`` (not declared) replaced by the installed engine
-    adapter's range (``dsv41_flags.engines.adapter().default_range``); the adapter is looked up
+    adapter's range (``dsv41_flags.engine.adapter().default_range``); the adapter is looked up
     only when a feature needs it. Raises FlagsError when a declared adapter cannot be loaded."""
     if all(f.engine is not None for f in features):
         return list(features)

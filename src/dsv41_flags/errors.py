@@ -73,3 +73,27 @@ class SwitchError(FlagsError):
 class NotLiveError(SwitchError):
     """The feature is not declared ``live=True``: it may only change at the next launch. Public as
     ``dsv41_flags.live.NotLiveError``."""
+
+
+class RestoreError(FlagsError):
+    """An uninstall could not put back every patched attribute (an owner refused ``setattr`` /
+    ``delattr``: a locked metaclass, a read-only type). Every other restore was done; the ones
+    listed are still patched and their features report so. ``failures`` holds ``(feature,
+    "Owner.attr", reason)`` for each."""
+
+    def __init__(self, failures: list[tuple[str, str, str]]):
+        self.failures = list(failures)
+        lines = "\n".join(f"  - feature {f!r}: {where}: {why}" for f, where, why in self.failures)
+        super().__init__(f"{len(self.failures)} patched attribute(s) could not be restored and "
+                         f"are still patched (every other restore was done):\n{lines}")
+
+    def __reduce__(self):
+        """Pickled with its failures (as ``SettingsError``)."""
+        return (type(self), (self.failures,))
+
+
+class PatchConflict(FlagsError):
+    """A patch was refused because it would not reach code another feature's patch already
+    stands for: a base class's attribute patched after a subclass's patch captured it in a form
+    that cannot call through at call time (see ``Ledger.patch``). The message names both features,
+    both ``Owner.attr`` and what to do."""

@@ -16,7 +16,7 @@ decided each key.
 Secrets are volatile and more: a variable, launch option or flag/option key whose name marks a
 secret (``secrecy.is_secret``, where the rule is stated) never enters the payload, whatever the
 other lists say, and ``excluded`` names it without its value.
-Source: seed autotune_keep.py ``launch_fingerprint`` (sglang#40320 context).
+Source: the launch fingerprint of the sglang#40320 workaround (a cache kept for the same launch).
 """
 
 import hashlib
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.engines import EngineFacts, engine_facts
+from dsv41_flags.engine import EngineFacts, engine_facts
 from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.resolution import EMPTY, Resolution

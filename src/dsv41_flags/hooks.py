@@ -134,3 +134,100 @@ def watch_import(callback: Callable[[ModuleType], None], target: str) -> ImportW
     wait = ImportWait(callback, target, handed_off=True)
     wait.thread.start()
     return wait
+
+
+class _ReloadLoader(importlib.abc.Loader):
+    """The loader a reload of a watched module runs through: the module's own loader executes it
+    (and stays the module's ``__loader__`` / ``__spec__.loader``), then the watch's callbacks run
+    on the re-executed module, also when its body raised (what it rebound before is the truth)."""
+
+    def __init__(self, loader, done: Callable[[ModuleType], None]) -> None:
+        self.loader, self.done = loader, done
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        for holder, name in ((module, "__loader__"), (getattr(module, "__spec__", None), "loader")):
+            if getattr(holder, name, None) is self:
+                try:
+                    setattr(holder, name, self.loader)
+                except AttributeError:
+                    pass
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.done(module)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)  # get_code, is_package, get_resource_reader, ...
+
+
+class _ReloadWatch(importlib.abc.MetaPathFinder):
+    """A ``sys.meta_path`` finder that sees ``importlib.reload`` of a watched module: a reload
+    asks every finder with ``target`` = the module object (a first import passes None, and is
+    left alone: wrapt's finder handles it). It finds the module's spec through the other finders,
+    as the import system would, and returns it with its loader wrapped (``_ReloadLoader``)."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
+        self.lock = threading.Lock()
+        self.finding = threading.local()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if target is None or fullname not in self.callbacks or getattr(self.finding, "active", False):
+            return None
+        self.finding.active = True
+        try:
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is self or find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self.finding.active = False
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return None  # let the import system report it as it would without us
+        spec.loader = _ReloadLoader(spec.loader, lambda module: self._reloaded(fullname, module))
+        return spec
+
+    def _reloaded(self, name: str, module: ModuleType) -> None:
+        with self.lock:
+            callbacks = list(self.callbacks.get(name, ()))
+        for callback in callbacks:
+            callback(module)
+
+    def watch(self, callback: Callable[[ModuleType], None], target: str) -> Callable[[], None]:
+        with self.lock:
+            self.callbacks.setdefault(target, []).append(callback)
+            if self not in sys.meta_path:
+                sys.meta_path.insert(0, self)  # never removed: see _ProbeGuard.install
+
+        def cancel() -> None:
+            with self.lock:
+                left = [c for c in self.callbacks.get(target, ()) if c is not callback]
+                if left:
+                    self.callbacks[target] = left
+                else:
+                    self.callbacks.pop(target, None)
+
+        return cancel
+
+
+#: the one reload watch of this process (put on ``sys.meta_path`` at the first ``watch_reload``)
+_RELOADS = _ReloadWatch()
+
+
+def watch_reload(callback: Callable[[ModuleType], None], target: str) -> Callable[[], None]:
+    """Call ``callback(module)`` each time ``importlib.reload`` re-executes module ``target``
+    (dotted name), in the reloading thread, right after the module's body ran (also when it
+    raised). wrapt's post-import hooks fire once, at the first import, and never on a reload: a
+    reload re-executes the body in the same module object, rebinding every name a patch had
+    replaced. Returns a function that cancels the watch. Exceptions raised by the callback
+    propagate to the ``reload`` call. The watch's finder is put on ``sys.meta_path`` by the first
+    call only (nothing installed: the import system is untouched); from then on every other
+    import asks it once and is answered at once (``target`` is None)."""
+    return _RELOADS.watch(callback, target)

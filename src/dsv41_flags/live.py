@@ -29,6 +29,8 @@ from dsv41_flags.values import FALSE_WORDS, TRUE_WORDS, CastError, cast_bool
 from dsv41_flags.wrappers import (CALLABLE, COROUTINE, FUNCTION, as_declared, call_kind,
                                   copy_identity, iterating_wrapper, kind_mismatch, stored_kind)
 
+__all__ = ["Toggle", "SwitchError", "NotLiveError"]
+
 #: the ledger name of the framework's own patches (the engine adapter's live-switch RPC)
 BUILTIN = "dsv41_flags"
 

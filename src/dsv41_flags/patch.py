@@ -2,15 +2,28 @@
 
 Every attribute a feature replaces goes through ``ctx.patch``, which records the original, so
 that installing twice leaves exactly one wrapper level and ``uninstall`` restores the originals
-(the instrument/uninstrument pair of OpenTelemetry's BaseInstrumentor).
+(the instrument/uninstrument pair of OpenTelemetry's BaseInstrumentor). The ledger also answers
+whether each patch is still what the engine calls (``Ledger.lost``: the reachability audit).
+
+On a class hierarchy every patch composes: a patch of an attribute a class inherits receives an
+original that calls through to the attribute its bases hold at call time (``through``), so a base
+patched later, or restored, is seen by the subclass; an inherited attribute that cannot be called
+through that way (a builtin, a callable object, a descriptor other than a function, classmethod,
+staticmethod or property) is captured as it is, and a base patch that its subclass's patch would
+then never reach is refused (``PatchConflict``).
 """
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 
+from dsv41_flags.errors import PatchConflict
 from dsv41_flags.live import gated
+from dsv41_flags.text import exception_text
 from dsv41_flags.wrappers import (CALLABLE, CLASSMETHOD, COROUTINE, FUNCTION, PLAIN, PROPERTY,
                                   STATICMETHOD, FallBack, as_declared, call_kind, iterating_wrapper,
                                   kind_mismatch, stored_kind)
@@ -35,8 +48,14 @@ def _where(owner: Any, attr: str) -> str:
 
 @dataclass
 class PatchRecord:
-    """One applied patch: ``owner.attr`` was ``original`` (own attribute or inherited) and is now
-    ``replacement``, applied by ``feature``."""
+    """One applied patch: ``owner.attr`` was ``original`` (own attribute or inherited, as stored)
+    and is now ``replacement``, applied by ``feature``.
+
+    composes: the replacement was built over ``through`` (an inherited attribute: it calls the
+    bases' attribute of call time, not ``original``); path: the names leading from the feature's
+    target module to ``owner`` (``Ledger.anchor``; None: not reached from it, checked as
+    recorded); failure: why the last restore of this record raised ("" when none did); seq: the
+    ledger's application order."""
 
     feature: str
     owner: Any
@@ -44,6 +63,10 @@ class PatchRecord:
     original: Any
     had_own: bool
     replacement: Any
+    composes: bool = False
+    path: tuple[str, ...] | None = None
+    failure: str = ""
+    seq: int = 0
 
     @property
     def where(self) -> str:
@@ -66,6 +89,185 @@ def _static_get(owner: Any, attr: str) -> Any:
     return getattr(owner, attr, _MISSING)
 
 
+def _next_stored(start: Any, owner: type, attr: str) -> Any:
+    """``attr`` as stored in the first class after ``owner`` in the MRO of ``start`` (a class; the
+    MRO of ``owner`` when ``start`` is not one of its subclasses), as ``super(owner, ...)`` finds
+    it. Raises AttributeError naming ``Owner.attr`` when no base defines it any more."""
+    mro = getattr(start, "__mro__", None)
+    if not isinstance(mro, tuple) or owner not in mro:
+        mro = owner.__mro__
+    for klass in mro[mro.index(owner) + 1:]:
+        stored = vars(klass)
+        if attr in stored:
+            return stored[attr]
+    raise AttributeError(f"{_where(owner, attr)}: no base class of {owner.__qualname__} defines "
+                         f"{attr!r} any more")
+
+
+def _bases_bound(owner: type, attr: str, first: Any) -> Any:
+    """The attribute ``owner``'s bases hold, bound to ``first`` by the descriptor protocol (where
+    ``super(owner, first)`` refuses ``first``: neither an instance nor a subclass of ``owner``)."""
+    stored = _next_stored(owner, owner, attr)
+    get = getattr(type(stored), "__get__", None)
+    return stored if get is None else get(stored, first, type(first))
+
+
+def _calling_through(fn: Callable, owner: type, attr: str, static: bool) -> Callable:
+    """A function of ``fn``'s kind (function, coroutine, generator, async generator function),
+    name, doc and signature (``__wrapped__ = fn``) whose calls run ``super(owner, first).attr``
+    looked up at each call, with the other arguments: ``first`` is the call's first argument (the
+    instance of a method, the class of a classmethod), or ``owner`` itself for a staticmethod
+    (then every argument is passed on)."""
+    kind = call_kind(fn)
+    if kind == FUNCTION and static:
+        def through(*args: Any, **kwargs: Any) -> Any:
+            return getattr(super(owner, owner), attr)(*args, **kwargs)
+    elif kind == FUNCTION:
+        def through(first: Any, /, *args: Any, **kwargs: Any) -> Any:
+            try:
+                view = super(owner, first)
+            except TypeError:  # called through the class with another object: bound to it
+                return _bases_bound(owner, attr, first)(*args, **kwargs)
+            return getattr(view, attr)(*args, **kwargs)
+    else:
+        def current(args: tuple) -> tuple[Callable, tuple]:
+            if static:
+                return getattr(super(owner, owner), attr), args
+            if not args:
+                raise TypeError(f"{_where(owner, attr)}() missing its first argument")
+            try:
+                return getattr(super(owner, args[0]), attr), args[1:]
+            except TypeError:
+                return _bases_bound(owner, attr, args[0]), args[1:]
+
+        if kind == COROUTINE:
+            async def through(*args: Any, **kwargs: Any) -> Any:
+                target, rest = current(args)
+                return await target(*rest, **kwargs)
+        else:
+            def prepare(args: tuple, kwargs: dict):
+                target, rest = current(args)
+                return (lambda: target(*rest, **kwargs)), PLAIN
+
+            through = iterating_wrapper(kind, prepare)
+    return functools.update_wrapper(through, fn)
+
+
+def through(owner: type, attr: str, stored: Any) -> Any:
+    """What a patch of ``attr`` inherited by class ``owner`` hands to ``make``: of ``stored``'s
+    kind (its bases' attribute at patch time), calling through to the attribute the bases hold at
+    CALL time, as ``super(owner, ...)`` finds it (an override calling ``super()`` does the same),
+    so a base patched, or restored, after this patch is what the subclass runs.
+
+    - a function (method): a function ``(self, *args, **kwargs)`` of the original's call kind
+      (an ``async def`` stays an ``async def``...);
+    - a classmethod / staticmethod: the function under it, ``(cls, ...)`` / ``(...)``;
+    - a property: a property whose getter, setter and deleter (those ``stored`` has) run the
+      bases' property of call time.
+
+    Returns None for anything else (a builtin, a callable object, a plain value, another
+    descriptor): it is handed as stored (captured), see ``Ledger.patch``. A call costs one
+    ``super`` lookup more than a captured original (``bench/b8_patch_check.py``)."""
+    if isinstance(stored, property):
+        def get(self):
+            return getattr(super(owner, self), attr)
+
+        def put(self, value):
+            _next_stored(type(self), owner, attr).__set__(self, value)
+
+        def delete(self):
+            _next_stored(type(self), owner, attr).__delete__(self)
+
+        return property(get if stored.fget else None, put if stored.fset else None,
+                        delete if stored.fdel else None, stored.__doc__)
+    fn = stored.__func__ if isinstance(stored, (classmethod, staticmethod)) else stored
+    if not inspect.isfunction(fn):
+        return None
+    return _calling_through(fn, owner, attr, isinstance(stored, staticmethod))
+
+
+def through_instance(instance: Any, attr: str, bound: Any) -> Any:
+    """What a patch of ``attr`` on an object that does not hold it itself (its class does) hands
+    to ``make``: a function of the call kind of ``bound`` (what ``getattr(instance, attr)`` gave
+    at patch time) that calls the attribute its class holds at CALL time, bound to ``instance``
+    (the descriptor protocol), so a patch of the class applied later, or restored, is what the
+    object runs. None when ``bound`` is not callable or the class does not hold ``attr``
+    (handed as it is then)."""
+    klass = type(instance)
+    if not callable(bound) or _stored(klass, attr) is None:
+        return None
+
+    def current() -> Callable:
+        stored = _stored(klass, attr)
+        if stored is None:
+            raise AttributeError(f"{_where(klass, attr)}: the class of the patched object no "
+                                 f"longer defines {attr!r}")
+        get = getattr(type(stored), "__get__", None)
+        return stored if get is None else get(stored, instance, klass)
+
+    kind = call_kind(bound)
+    if kind == FUNCTION:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return current()(*args, **kwargs)
+    elif kind == COROUTINE:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await current()(*args, **kwargs)
+    else:
+        def prepare(args: tuple, kwargs: dict):
+            target = current()
+            return (lambda: target(*args, **kwargs)), PLAIN
+
+        call = iterating_wrapper(kind, prepare)
+    try:
+        return functools.update_wrapper(call, bound)
+    except (AttributeError, TypeError):
+        return call
+
+
+def _stored(obj: Any, name: str) -> Any:
+    """``obj.name`` as stored, without running any code of ``obj``'s (no descriptor binding, no
+    module or class ``__getattr__``): its own ``__dict__`` entry, else the entry of the first
+    class in its MRO (a class) or its type's MRO (anything else) that defines it; None when none
+    does."""
+    try:
+        own = object.__getattribute__(obj, "__dict__")  # never a __getattr__ of obj's
+    except AttributeError:
+        own = None
+    if isinstance(own, (dict, MappingProxyType)) and name in own:
+        return own[name]
+    for klass in obj.__mro__ if isinstance(obj, type) else type(obj).__mro__:
+        stored = vars(klass)
+        if name in stored:
+            return stored[name]
+    return None
+
+
+def _walk(obj: Any, path: Sequence[str]) -> Any:
+    """``obj.a.b.c`` as stored (no descriptor binding); None when a step is missing."""
+    for part in path:
+        obj = _stored(obj, part)
+        if obj is None:
+            return None
+    return obj
+
+
+def _path_in(module: Any, owner: Any) -> tuple[str, ...] | None:
+    """Names leading from ``module`` to ``owner`` (``()`` for the module itself, the qualified name
+    of a class defined or imported there, else a module-level name bound to it), or None when the
+    module does not reach it."""
+    if owner is module:
+        return ()
+    qualname = getattr(owner, "__qualname__", None)
+    if isinstance(qualname, str) and "<locals>" not in qualname:
+        path = tuple(qualname.split("."))
+        if _walk(module, path) is owner:
+            return path
+    for name, value in list(vars(module).items()):
+        if value is owner:
+            return (name,)
+    return None
+
+
 class Ledger:
     """Per-process record of every patch, in application order per attribute.
 
@@ -73,6 +275,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self._stacks: dict[tuple[int, str], list[PatchRecord]] = {}
+        self._seq = itertools.count(1)
 
     def stack(self, owner: Any, attr: str) -> list[PatchRecord]:
         """Records on ``owner.attr``, first applied first."""
@@ -89,7 +292,13 @@ class Ledger:
         For a ``classmethod`` / ``staticmethod``, ``make`` receives the underlying function and its
         result (a function) is wrapped back into the same descriptor kind. Any other original is
         handed as stored (a ``property`` as the property object) and ``make`` returns one of the
-        same ``stored_kind``.
+        same ``stored_kind``. On a class that inherits ``attr``, a function, classmethod,
+        staticmethod or property is handed as ``through``: it calls the bases' attribute of call
+        time, so patches on a class hierarchy compose in any order (a base patched later or
+        restored is what the subclass's patch calls); on an object whose class holds ``attr``,
+        a callable is handed as ``through_instance`` (the class's attribute of call time). Any other inherited attribute is handed as
+        stored (captured); patching a base class whose attribute a subclass's patch of another
+        kind has so captured raises PatchConflict (the base patch would never reach the subclass).
 
         ``original`` is the value before this feature patched it (so a second install by the same
         feature wraps the original again, leaving one wrapper level; also when the first install
@@ -99,8 +308,8 @@ class Ledger:
         on its bases before. Raises AttributeError when ``owner`` has no ``attr``; TypeError
         naming the feature and ``Owner.attr`` when ``make`` returns another kind than the
         original's (a property for a function, a function for a property, a staticmethod for a
-        classmethod, a callable for a plain value...); whatever ``make`` raises propagates. On
-        any error nothing is changed.
+        classmethod, a callable for a plain value...); PatchConflict as above; whatever ``make``
+        raises propagates. On any error nothing is changed.
         """
         key = (id(owner), attr)
         stack = self._stacks.setdefault(key, [])
@@ -117,6 +326,8 @@ class Ledger:
         if mine is not None and stack[-1] is not mine:
             raise RuntimeError(f"{feature}: cannot re-patch {mine.where}: feature(s) "
                                f"{[r.feature for r in stack[stack.index(mine) + 1:]]} patched it after")
+        if isinstance(owner, type):
+            self._refuse_unreached(feature, owner, attr)
         if mine is not None:
             below, had_own = mine.original, mine.had_own
         else:
@@ -133,7 +344,10 @@ class Ledger:
                 # seen through inheritance (a base's replacement) is the base's, never adopted.
                 below, had_own = mark[1], mark[2]
         kind = type(below) if isinstance(below, (classmethod, staticmethod)) else None
-        replacement = make(below.__func__ if kind else below)
+        handed = None if had_own else (through(owner, attr, below) if isinstance(owner, type)
+                                       else through_instance(owner, attr, below))
+        composes = handed is not None
+        replacement = make(handed if composes else below.__func__ if kind else below)
         if kind and not isinstance(replacement, kind):  # keep the descriptor kind of the original
             if stored_kind(replacement) != CALLABLE:
                 raise TypeError(self._kind_error(feature, owner, attr, below, replacement))
@@ -155,11 +369,42 @@ class Ledger:
             set_name(replacement, owner, attr)  # as the class statement does (cached_property...)
         setattr(owner, attr, replacement)
         if mine is not None:
-            mine.replacement = replacement
+            mine.replacement, mine.composes, mine.failure = replacement, composes, ""
             return mine
-        record = PatchRecord(feature, owner, attr, below, had_own, replacement)
+        record = PatchRecord(feature, owner, attr, below, had_own, replacement, composes,
+                             seq=next(self._seq))
         stack.append(record)
         return record
+
+    def _refuse_unreached(self, feature: str, owner: type, attr: str) -> None:
+        """Raise PatchConflict when a patch of ``owner.attr`` would not reach a subclass: another
+        record on a subclass inheriting ``attr`` captured what ``owner`` holds now (it does not
+        compose: ``through`` cannot stand for it)."""
+        current = _static_get(owner, attr)
+        for record in self.records():
+            if (record.attr == attr and record.owner is not owner and not record.composes
+                    and not record.had_own and isinstance(record.owner, type)
+                    and issubclass(record.owner, owner) and record.original is current):
+                raise PatchConflict(
+                    f"feature {feature!r}: patching {_where(owner, attr)} is refused: feature "
+                    f"{record.feature!r} patched the subclass's inherited {record.where} (a "
+                    f"{stored_kind(record.original)}, which cannot call through to its base at "
+                    f"call time), so this patch would never run for {record.owner.__qualname__}; "
+                    f"patch {_where(owner, attr)} first (declare after=({feature!r},) on "
+                    f"{record.feature!r}), or patch {record.where} in this feature too")
+
+    def overlapping(self, record: PatchRecord) -> list[PatchRecord]:
+        """Every record on ``record.attr`` of the same owner or of a class related to it by
+        inheritance (a base or a subclass of it), ``record`` included, in application order: the
+        patches that compose on one call (``feature.conflict`` reports them)."""
+        def related(other: PatchRecord) -> bool:
+            if other.owner is record.owner:
+                return True
+            return (isinstance(other.owner, type) and isinstance(record.owner, type)
+                    and (issubclass(other.owner, record.owner) or issubclass(record.owner, other.owner)))
+
+        return sorted((r for r in self.records() if r.attr == record.attr and related(r)),
+                      key=lambda r: r.seq)
 
     @staticmethod
     def _kind_error(feature: str, owner: Any, attr: str, original: Any, replacement: Any) -> str:
@@ -173,45 +418,78 @@ class Ledger:
 
     def above(self, record: PatchRecord) -> list[str]:
         """The other features whose patches sit on ``record``'s: patched later on the same
-        attribute, or on a subclass (an instance) inheriting it, whose replacement wraps
-        ``record``'s (sorted names)."""
+        attribute, or on a subclass (an instance) inheriting it, whose replacement captured
+        ``record``'s (sorted names; a subclass's patch that calls through, ``through``, is not
+        one: it follows whatever its base holds)."""
         stack = self.stack(record.owner, record.attr)
         later = stack[stack.index(record) + 1:] if record in stack else []
-        wrapping = [r for r in self.records() if r.original is record.replacement]
+        wrapping = [r for r in self.records()
+                    if r.original is record.replacement and not r.composes]
         return sorted({r.feature for r in later + wrapping if r.feature != record.feature})
 
     def uninstall(self, feature: str) -> list[PatchRecord]:
         """Restore every attribute ``feature`` patched (last patched first): an attribute the owner
-        had as its own is set back, an inherited one is deleted (the owner inherits again). A
-        record with another feature's patch above it (``above``: on the same attribute, or on a
-        subclass wrapping its replacement) is left in place (returned in the list of kept
-        records)."""
+        had as its own is set back, an inherited one is deleted (the owner inherits again).
+
+        Every restore is tried, each independent of the others. Returns the records left in
+        place, still patched: one with another feature's patch above it (``above``: on the same
+        attribute, or on a subclass that captured its replacement), and one whose owner refused
+        the restore (``setattr`` / ``delattr`` raised: a locked metaclass...), its ``failure``
+        saying why. Never raises over a restore."""
         kept = []
         for key, stack in list(self._stacks.items()):
             for record in [r for r in stack if r.feature == feature]:
                 if stack[-1] is not record or self.above(record):
                     kept.append(record)
                     continue
-                if record.had_own:
-                    setattr(record.owner, record.attr, record.original)
-                else:
-                    try:
-                        delattr(record.owner, record.attr)
-                    except AttributeError:
-                        pass
+                try:
+                    if record.had_own:
+                        setattr(record.owner, record.attr, record.original)
+                    else:
+                        try:
+                            delattr(record.owner, record.attr)
+                        except AttributeError:
+                            pass
+                except Exception as exc:  # noqa: BLE001 - reported by the caller, the rest go on
+                    record.failure = exception_text(exc)
+                    kept.append(record)
+                    continue
+                record.failure = ""
                 stack.pop()
             if not stack:
                 del self._stacks[key]
         return kept
 
-    def lost(self, feature: str) -> list[PatchRecord]:
-        """Records of ``feature`` whose replacement is no longer what the attribute holds (someone
-        else overwrote it) - only checked for the top record of each attribute."""
+    # ------------------------------------------------------------------ the reachability audit
+    def anchor(self, feature: str, module: Any) -> None:
+        """Record how the engine reaches each patch of ``feature`` from ``module`` (its target, as
+        imported): ``PatchRecord.path``, the names from the module to the patched owner (the
+        module itself, a class defined or imported there by its qualified name, another
+        module-level name), read by ``lost``."""
+        for record in self.records(feature):
+            record.path = _path_in(module, record.owner)
+
+    def lost(self, feature: str, module: Any) -> list[str]:
+        """``Owner.attr`` of every patch of ``feature`` that the engine would not call now, given
+        ``module``, its target as it stands in ``sys.modules`` (None: no longer imported, every
+        patch counts as lost). Each attribute is reached from the module as the engine reaches it
+        (module -> owner by its ``path`` -> attribute, as stored), so a class replaced by a reload,
+        a reloaded module's rebound function or an overwritten attribute all count; an owner the
+        module does not reach (``path`` None) is checked as recorded. An attribute with another
+        feature's patch above ours must hold that one (which wraps ours).
+
+        Cost: per patch, ``len(path) + 1`` dictionary lookups along MROs (``_stored``); reads only,
+        never imports, never runs the engine's code (no descriptor, no ``__getattr__``)."""
         out = []
-        for stack in self._stacks.values():
-            if stack and stack[-1].feature == feature:
-                if _static_get(stack[-1].owner, stack[-1].attr) is not stack[-1].replacement:
-                    out.append(stack[-1])
+        for record in self.records(feature):
+            if module is None:
+                out.append(record.where)
+                continue
+            top = self.stack(record.owner, record.attr)[-1]
+            now = (_stored(record.owner, record.attr) if record.path is None
+                   else _walk(module, record.path + (record.attr,)))
+            if now is not top.replacement:
+                out.append(record.where)
         return out
 
 

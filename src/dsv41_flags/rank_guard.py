@@ -148,7 +148,7 @@ def register_guard(runtime, *, reason: str = "", engine=None) -> bool:
     process, ``reason`` says why): the rank still joins with ``unavailable_view``. ``engine``:
     the adapter (default: this environment's). Returns False when the engine offers no hook."""
     if engine is None:
-        from dsv41_flags.engines import adapter
+        from dsv41_flags.engine import adapter
 
         engine = adapter()
     return engine.on_world_ready(lambda group: check_ranks(runtime, group, reason=reason))

@@ -6,7 +6,6 @@ features, arms the ones whose flag is on (a post-import hook per target) and emi
 ``feature.installed`` / ``feature.drifted`` / ``feature.failed``.
 """
 
-import inspect
 import os
 import sys
 import threading
@@ -16,27 +15,25 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.discovery import discover, install_order, with_engine_default
+from dsv41_flags.discovery import install_order, with_engine_default
 from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
-from dsv41_flags.errors import ActivationError, DriftError, FlagsError, Problem, SettingsError, SnapshotError
-from dsv41_flags.fingerprint import Fingerprint, compute, own_argv
+from dsv41_flags.errors import ActivationError, DriftError, PatchConflict, RestoreError
+from dsv41_flags.fingerprint import Fingerprint
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
-from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import
+from dsv41_flags.hooks import ImportWait, register_post_import_hook, watch_import, watch_reload
 from dsv41_flags.live import (BUILTIN, SwitchError, Switchboard, Toggle, check_declared,
                               check_requested_by)
-from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, configure, get_logger
-from dsv41_flags.names import DECLARED_DEFAULT, ENV_PREFIX, LAUNCH_VAR, SNAPSHOT_VAR
+from dsv41_flags.logs import HEALTH as LOG_HEALTH, ProcessContext, get_logger
+from dsv41_flags.names import DECLARED_DEFAULT, LAUNCH_VAR, SNAPSHOT_VAR
 from dsv41_flags.patch import InstallContext, Ledger
 from dsv41_flags.resolution import Resolution
-from dsv41_flags.snapshot import Launch, encode, read as read_snapshot
+from dsv41_flags.snapshot import Launch, encode
 from dsv41_flags.state import State, after_install, after_switch, after_uninstall, at_boot
-from dsv41_flags.text import quoted, exception_text
+from dsv41_flags.text import exception_text
 
 # Every framework module a process uses is imported above, at import time: nothing of the
 # framework is imported once a process runs (a fork while another thread imports a module would
-# leave the child a module lock nobody releases). The settings loader (Dynaconf) is the one
-# exception, imported by ``resolve_launch`` while a launch is resolved, before any feature is armed:
-# a child activating from the launch's snapshot never loads it.
+# leave the child a module lock nobody releases). A runtime is built by ``assembly``.
 
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
 
@@ -69,21 +66,6 @@ class FeatureState(NamedTuple):
                 "patches": list(self.patches), "live": self.live}
 
 
-def default_features_dir(reserved: Mapping[str, Any], files: Sequence[Path]) -> Path:
-    """The local features directory: ``FEATURES_DIR`` when set, else ``features/`` beside the
-    first settings file when it exists, else the features shipped in the package
-    (``dsv41_flags/_data/features``). Its features ADD to the shipped ones and the installed
-    entry points (``discovery.discover``)."""
-    if reserved.get("FEATURES_DIR"):
-        return Path(reserved["FEATURES_DIR"])
-    for f in files:
-        if (f.parent / "features").is_dir():
-            return f.parent / "features"
-    import dsv41_flags.settings as settings  # see the note on imports at the top
-
-    return settings.PROJECT_SETTINGS.parent / "features"
-
-
 class Runtime:
     """Per-process runtime. Build it with ``activate()``; tests may build one directly.
 
@@ -109,7 +91,10 @@ class Runtime:
         self._disarmed: set[str] = set()  # features whose pending hook must not install any more
         #: feature name -> the wait of a hook registered while its target's import was in progress
         self._import_waits: dict[str, ImportWait] = {}
-        self._reach: dict[tuple[str, str], tuple[tuple[str, ...], str] | None] = {}
+        #: serialises the patch check (``check_patches``): one ``feature.lost`` per loss
+        self._checking = threading.RLock()
+        #: feature name -> cancels the watch on its target's reload (``hooks.watch_reload``)
+        self._reload_watches: dict[str, Callable[[], None]] = {}
         self.pid = os.getpid()
         self.guard_registered = False
         self.announced = False
@@ -117,7 +102,7 @@ class Runtime:
         self.snapshot_refused = ""  # why the launch's snapshot was refused (non-strict fallback)
         #: called with (FlagsError, feature name) when a strict failure happens at a target's
         #: import after activation, or a hook of an abandoned activation fires (``activate`` sets
-        #: ``activation.import_failed``: flags.error, exit status 3); None (a runtime built
+        #: ``error_policy.import_failed``: flags.error, exit status 3); None (a runtime built
         #: directly, the test kit): the error is raised from the import statement
         self.on_import_failure: Callable[[BaseException, str], None] | None = None
         self.abandoned = ""  # why this runtime's activation was abandoned (forked mid-activation)
@@ -380,6 +365,7 @@ class Runtime:
         the parent's patches and hooks, so states and ledger stay true as they are."""
         self.pid = os.getpid()
         self._installing = threading.RLock()  # another thread of the parent may have held it
+        self._checking = threading.RLock()
         self.announced = False
         self.context.fields.clear()  # the same object: the configured log chain holds it too
         self.context.update(role="child")
@@ -433,11 +419,21 @@ class Runtime:
         try:
             feature.install(module, ctx)
         except Exception as exc:
-            self.ledger.uninstall(feature.name)  # roll back what the failed install patched
+            stuck = [r for r in self.ledger.uninstall(feature.name) if r.failure]  # roll back
+            if stuck:
+                self.log.error("feature.uninstall_failed", feature=feature.name,
+                               target=feature.target, attributes=[r.where for r in stuck],
+                               reason="; ".join(f"{r.where}: {r.failure}" for r in stuck),
+                               during="the rollback of a failed install")
+            if isinstance(exc, PatchConflict):
+                self.log.error("feature.conflict", feature=feature.name, target=feature.target,
+                               reason=str(exc), refused=True)
             return self._failed(feature, exc, strict, "install")
         records = self.ledger.records(feature.name)
-        for record in records:
-            self._reach[(feature.name, record.where)] = (_path_in(module, record.owner), record.attr)
+        self.ledger.anchor(feature.name, module)
+        if feature.name not in self._reload_watches:
+            self._reload_watches[feature.name] = watch_reload(
+                lambda reloaded, f=feature: self._on_reload(f), feature.target)
         duration_ms = round((time.perf_counter() - start) * 1000, 3)
         st = self._set(feature, after_install(self.value(feature)),
                        duration_ms=duration_ms, patches=tuple(r.where for r in records))
@@ -445,10 +441,11 @@ class Runtime:
                       duration_ms=duration_ms, patches=list(st.patches),
                       **({"live": True, "bypassed": st.state == State.BYPASSED} if feature.live else {}))
         for record in records:
-            stack = self.ledger.stack(record.owner, record.attr)
-            if len(stack) > 1:
+            overlap = self.ledger.overlapping(record)
+            if any(r.feature != feature.name for r in overlap):
                 self.log.warning("feature.conflict", feature=feature.name, attribute=record.where,
-                                 order=[r.feature for r in stack])
+                                 order=[r.feature for r in overlap],
+                                 attributes=[r.where for r in overlap])
         return st
 
     def _failed(self, feature: Feature, exc: Exception, strict: bool, what: str) -> FeatureState:
@@ -470,24 +467,47 @@ class Runtime:
         like OpenTelemetry's ``uninstrument()``); one whose patch has another feature's patch on
         top stays ``installed`` and ``feature.uninstall_blocked`` names the features above it.
         With ``name=None`` the framework's own patches (the engine's live-switch RPC) are restored
-        too."""
+        too.
+
+        Every restore is tried, each independent of the others: an attribute whose owner refuses
+        it (``setattr`` / ``delattr`` raises: a locked metaclass, a read-only type) stays patched,
+        its feature keeps its state with the reason as detail (``feature.uninstall_failed``, an
+        error event naming the attributes), and every other feature is still restored. Raises
+        RestoreError at the end, listing each attribute left patched, when any restore failed."""
+        failures: list[tuple[str, str, str]] = []
         if name is None:
-            self.ledger.uninstall(BUILTIN)
+            failures += [(BUILTIN, r.where, r.failure) for r in self.ledger.uninstall(BUILTIN)
+                         if r.failure]
         for feature in reversed(list(self.features.values())):
             if name is None or feature.name == name:
                 self._disarmed.add(feature.name)  # a hook whose target was never imported too
-                kept = self.ledger.uninstall(feature.name)
+                left = self.ledger.uninstall(feature.name)
+                failed = [r for r in left if r.failure]
+                kept = [r for r in left if not r.failure]
                 st = self._states.get(feature.name)
-                if st is not None and State(st.state).hooked and not kept:
+                if not left and feature.name in self._reload_watches:
+                    self._reload_watches.pop(feature.name)()
+                if st is not None and State(st.state).hooked and not left:
                     self._set(feature, State.UNINSTALLED,
                               detail="disarmed before its target was imported")
                     continue
+                if failed:
+                    failures += [(feature.name, r.where, r.failure) for r in failed]
+                    reason = "; ".join(f"{r.where}: {r.failure}" for r in failed)
+                    self.log.error("feature.uninstall_failed", feature=feature.name,
+                                   target=feature.target, attributes=[r.where for r in failed],
+                                   reason=reason)
+                    if st is not None:
+                        self._set(feature, st.state, detail=f"still patched, the restore failed: "
+                                  f"{reason}", duration_ms=st.duration_ms, patches=st.patches)
                 if kept:
                     self.log.warning("feature.uninstall_blocked", feature=feature.name,
                                      attributes=[r.where for r in kept],
                                      above=sorted({name for r in kept for name in self.ledger.above(r)}))
-                elif st is not None and after_uninstall(st.state) is not None:
+                elif not failed and st is not None and after_uninstall(st.state) is not None:
                     self._set(feature, after_uninstall(st.state))
+        if failures:
+            raise RestoreError(failures)
 
     # ------------------------------------------------------------------ live switches
     def check_switch(self, name: str, value: Any, requested_by: str = "") -> tuple[Feature, bool]:
@@ -499,6 +519,7 @@ class Runtime:
         check_requested_by(requested_by)
         feature, new = check_declared(self.features, name, value)
         name = feature.name
+        self.check_patches((feature,))  # a patch lost since it was installed is refused here
         st = self._states.get(name)
         state = st.state if st is not None else "not armed"
         if name not in self._hooked or st is None or not State(st.state).switchable:  # hooked: in place or will be
@@ -570,7 +591,9 @@ class Runtime:
     def states(self) -> list[FeatureState]:
         """Per feature (install order): name, state, flag value, source, target. A feature that
         arming never reached is ``off`` (flag off) or ``not-armed`` (flag on, no hook registered):
-        ``armed`` always means a hook is registered."""
+        ``armed`` always means a hook is registered. Every patched feature is checked first
+        (``check_patches``): one whose patch the engine no longer calls reads ``lost``."""
+        self.check_patches()
         out = []
         for f in self.features.values():
             st = self._states.get(f.name)
@@ -617,35 +640,38 @@ class Runtime:
                 self._set(feature, State.MISSED, detail=detail)
                 self.log.error("feature.missed", feature=feature.name, target=feature.target,
                                reason=detail)
-            elif State(st.state).patched:
-                lost = self._lost(feature)
+        return self.states()  # the patched ones: check_patches
+
+    def check_patches(self, features: Sequence[Feature] | None = None) -> None:
+        """The part of ``audit`` that runs by itself wherever a state is read or acted on
+        (``states``, hence every status answer, the metrics and the serving report;
+        ``check_switch``, before a switch; after ``importlib.reload`` of a target): each feature
+        of ``features`` (default: every one) whose patch is in place (installed, bypassed) but
+        that the engine would no longer call (``Ledger.lost``: a reloaded module, a replaced
+        class, an overwritten attribute) becomes ``lost`` (``feature.lost``, an error event
+        naming the attributes). Reads only: never imports, installs or runs the engine's code
+        (``Ledger.lost``); a few microseconds per patch (``bench/b8_patch_check.py``); never on
+        a call of a patched function, so never on a forward step."""
+        with self._checking:
+            for feature in self.features.values() if features is None else features:
+                st = self._states.get(feature.name)
+                if st is None or not State(st.state).patched:
+                    continue
+                lost = self.ledger.lost(feature.name, sys.modules.get(feature.target))
                 if lost:
                     self._set(feature, State.LOST, detail=", ".join(lost))
                     self.log.error("feature.lost", feature=feature.name, target=feature.target,
                                    attributes=lost)
-        return self.states()
 
-    def _lost(self, feature: Feature) -> list[str]:
-        """``Owner.attr`` of every patch of ``feature`` that the engine would not call now: the
-        attribute is reached from the target module as it stands (module -> owner by the name it
-        had at install -> attribute), so a replaced class, a reloaded module or an overwritten
-        attribute all count. An attribute with another feature's patch above ours must hold that
-        one (which wraps ours)."""
-        module = sys.modules.get(feature.target)
-        out = []
-        for record in self.ledger.records(feature.name):
-            top = self.ledger.stack(record.owner, record.attr)[-1]
-            reach = self._reach.get((feature.name, record.where))
-            if module is None:
-                out.append(record.where)
-                continue
-            if reach is None or reach[0] is None:  # owner not reachable from the module: as recorded
-                now = _static(record.owner, record.attr)
-            else:
-                now = _walk(module, reach[0] + (record.attr,))
-            if now is not top.replacement:
-                out.append(record.where)
-        return out
+    def _on_reload(self, feature: Feature) -> None:
+        """``feature``'s target was re-executed by ``importlib.reload``: check its patches now
+        (``check_patches``). Never raises into the reload: a failure is reported
+        (``flags.audit_failed``)."""
+        try:
+            self.check_patches((feature,))
+        except Exception as exc:  # noqa: BLE001 - a reload of the engine's module never fails on us
+            self.log.warning("flags.audit_failed", feature=feature.name, target=feature.target,
+                             error=exception_text(exc))
 
     def report(self) -> dict:
         """The ``flags.resolved`` payload."""
@@ -681,203 +707,3 @@ class Runtime:
         environ[LAUNCH_VAR] = self.launch_marker()
 
 
-def _static(owner, attr: str):
-    try:
-        return inspect.getattr_static(owner, attr)
-    except AttributeError:
-        return None
-
-
-def _walk(obj, path: Sequence[str]):
-    """``obj.a.b.c`` as stored (no descriptor binding); None when a step is missing."""
-    for part in path:
-        obj = _static(obj, part)
-        if obj is None:
-            return None
-    return obj
-
-
-def _path_in(module, owner) -> tuple[str, ...] | None:
-    """Names leading from ``module`` to ``owner`` (``()`` for the module itself, the qualified name
-    of a class defined or imported there), or None when the module does not reach it."""
-    if owner is module:
-        return ()
-    qualname = getattr(owner, "__qualname__", None)
-    if isinstance(qualname, str) and "<locals>" not in qualname:
-        path = tuple(qualname.split("."))
-        if _walk(module, path) is owner:
-            return path
-    for name, value in list(vars(module).items()):
-        if value is owner:
-            return (name,)
-    return None
-
-
-def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
-          environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None,
-          features_dir: Path | None = None, *, use_snapshot: bool = True,
-          configure_logging: bool = True, context: ProcessContext | None = None) -> Runtime:
-    """Resolve and build a Runtime without arming anything (used by ``activate`` and the CLI).
-
-    With ``use_snapshot`` and a ``DSV41_SNAPSHOT`` (and no explicit files/profile), the launch is
-    decoded from the snapshot (``snapshot``: schema, types, re-cast values, installed entry points,
-    feature file digests) and no settings file is read. A refused snapshot, or none in a child of
-    a launch (``DSV41_LAUNCH`` set without it): the settings are resolved in this process; in
-    strict mode (of that resolution) SnapshotError is raised, else the runtime is built from the
-    local resolution and ``snapshot_refused`` says why (``snapshot.refused`` event).
-    ``configure_logging``: structlog is configured before any feature module runs, from the
-    snapshot's or the settings' log format and level, with ``context`` (pid, process, role; the
-    runtime's ``context``) on every line, so a process's log format holds from its first line.
-    Raises SettingsError (every problem listed), DeclarationError or SnapshotError.
-    """
-    environ = os.environ if environ is None else environ
-    settings_files = settings_file_list(settings_files)
-    context = context if context is not None else ProcessContext()
-    use = use_snapshot and settings_files is None and profile is None
-    raw = environ.get(SNAPSHOT_VAR, "") if use else ""
-    refused: SnapshotError | None = None
-    if use and not raw and environ.get(LAUNCH_VAR):
-        refused = SnapshotError(
-            f"{SNAPSHOT_VAR} is missing, but {LAUNCH_VAR}={environ[LAUNCH_VAR][:120]!r} says this "
-            f"process is a child of a launch (launching pid and fingerprint): the launch's "
-            f"settings did not reach it (an environment filtered on the way?); pass "
-            f"{SNAPSHOT_VAR} on, or unset {LAUNCH_VAR} to resolve this process on its own")
-
-    def configure_from_snapshot(reserved: Mapping[str, Any], launch_pid: int | None) -> None:
-        context.fields.setdefault("role", "launcher" if launch_pid == os.getpid() else "child")
-        if configure_logging:
-            configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"], context=context)
-
-    if raw:
-        try:
-            launch, features = read_snapshot(raw, before_feature_code=configure_from_snapshot)
-        except SnapshotError as exc:
-            refused = exc
-        else:
-            rt = Runtime(features, launch, from_snapshot=True, context=context)
-            rt.snapshot_notes = snapshot_differences(launch.env, environ)
-            marker = environ.get(LAUNCH_VAR)
-            if marker is not None and marker != rt.launch_marker():
-                rt.snapshot_notes.append(
-                    f"{LAUNCH_VAR}={quoted(marker)} does not name the launch of {SNAPSHOT_VAR} "
-                    f"({rt.launch_marker()[:24]}...): a variable left over from another launch, "
-                    f"or set by hand; this process runs the snapshot's launch")
-            return rt
-    if refused is not None:  # the refused text is never read again (Dynaconf would parse it)
-        environ = {k: v for k, v in environ.items() if k != SNAPSHOT_VAR}
-    context.fields.setdefault("role", "launcher")
-    try:
-        features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
-                                                    configure_logging=configure_logging,
-                                                    context=context)
-        resolution.raise_for_errors()
-    except FlagsError as exc:
-        if refused is not None:
-            raise SnapshotError(f"{refused}; resolving the settings in this process instead failed "
-                                f"too: {exc}") from exc
-        raise
-    if refused is not None and resolution.strict:
-        raise refused
-    if argv is None:
-        argv = own_argv()
-    fingerprint = compute(resolution, features, argv, environ)
-    rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)),
-                 context=context)
-    if refused is not None:
-        theirs = environ.get(LAUNCH_VAR, "").partition(":")[2]
-        differs = (f"; its fingerprint {fingerprint.digest[:12]}... differs from the launch's "
-                   f"{theirs[:12]}..." if theirs and theirs != fingerprint.digest else "")
-        rt.snapshot_refused = (f"{refused}: strict = false, so the settings were resolved in this "
-                               f"process instead (the launch's values may differ from these"
-                               f"{differs})")
-    return rt
-
-
-def settings_file_list(value: Any) -> list[str] | None:
-    """``settings_files`` as given to ``activate`` / ``build``: None (search as usual), one path
-    (``str`` or ``os.PathLike``) or a list or tuple of paths; returns a list of ``str`` paths (or
-    None). Raises SettingsError naming the argument, its value and what is accepted for anything
-    else (a ``str`` is one path, never a sequence of one-letter paths; an ``os.PathLike`` whose
-    ``__fspath__`` raises or gives no ``str`` is refused the same way)."""
-    if value is None:
-        return None
-    items = [value] if isinstance(value, (str, os.PathLike)) else (
-        list(value) if isinstance(value, (list, tuple)) else None)
-    paths = []
-    for item in items or ():
-        try:
-            path = os.fspath(item) if isinstance(item, (str, os.PathLike)) else None
-        except Exception:  # a hostile __fspath__
-            path = None
-        if not isinstance(path, str):
-            items = None
-            break
-        paths.append(path)
-    if items is None:
-        try:
-            shown = repr(value)
-        except Exception:
-            shown = f"<{type(value).__name__} whose repr raised>"
-        shown = shown if len(shown) <= 120 else shown[:117] + "..."
-        raise SettingsError([Problem("SETTINGS", "argument settings_files", (
-            f"settings_files={shown} is not accepted: give one path (str or os.PathLike), a list "
-            f"or tuple of paths, or None to search for settings.toml as usual"))])
-    return paths
-
-
-def _dsv41_vars(environ: Mapping[str, str]) -> dict[str, str]:
-    """The ``DSV41_*`` variables a snapshot records: neither ``DSV41_SNAPSHOT``, ``DSV41_LAUNCH``
-    nor a secret (``secrecy.is_secret``: ``DSV41_API_KEY`` and the like are kept nowhere)."""
-    secrets = secret_names()
-    return {k: v for k, v in environ.items()
-            if k.startswith(ENV_PREFIX) and k not in (SNAPSHOT_VAR, LAUNCH_VAR)
-            and not is_secret(k, secrets)}
-
-
-def snapshot_differences(launch_env: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
-    """Sentences for every ``DSV41_*`` variable (flags, options and reserved names alike) of this
-    process that differs from the launching process's (the snapshot wins: one launch, one
-    resolution; these say so instead of staying silent)."""
-    here = _dsv41_vars(environ)
-    out = []
-    for name in sorted(set(here) | set(launch_env)):
-        mine, theirs = here.get(name), launch_env.get(name)
-        if mine == theirs:
-            continue
-        if mine is None:
-            out.append(f"{name} is not set here, but the launch's snapshot was resolved with "
-                       f"{name}={theirs!r}: the snapshot is used (a DSV41_SNAPSHOT left over from "
-                       f"another launch? unset it)")
-        else:
-            out.append(f"{name}={mine!r} here, but the launch's snapshot was resolved with "
-                       f"{'it unset' if theirs is None else f'{name}={theirs!r}'}: the snapshot is used")
-    return out
-
-
-def resolve_launch(settings_files: Sequence[str | os.PathLike] | None = None, profile: str | None = None,
-                   environ: Mapping[str, str] | None = None, features_dir: Path | None = None, *,
-                   configure_logging: bool = False, context: ProcessContext | None = None,
-                   ) -> tuple[tuple[Feature, ...], Resolution, Path]:
-    """Find and load the settings files, discover the features, resolve every key.
-
-    Returns ``(features, resolution, features_dir)``; value problems and unknown keys are in
-    ``resolution.problems`` (not raised). Raises SettingsError for a missing/unreadable settings
-    file or an unknown profile, DeclarationError for bad feature declarations.
-    """
-    import dsv41_flags.settings as _settings  # see the note on imports at the top
-
-    environ = os.environ if environ is None else environ
-    files, _how = _settings.find_settings_files(settings_files, environ)
-    settings, prof, profiles, notes = _settings.load(files, profile, environ)
-    # reserved settings first: logging is configured before any feature module is imported
-    reserved = _settings.reserved_settings(settings, environ)
-    if configure_logging:
-        configure(reserved["LOG_FORMAT"], reserved["LOG_LEVEL"], context=context)
-    fdir = features_dir or default_features_dir(reserved, [Path(f) for f in files])
-    if reserved.get("FEATURES_DIR") and not fdir.is_dir():
-        raise SettingsError([Problem("FEATURES_DIR", "settings", f"features_dir {str(fdir)!r} is not a "
-                                     f"directory (set by features_dir / DSV41_FEATURES_DIR; relative "
-                                     f"paths are taken from the settings file's directory)")])
-    features = discover(fdir)
-    resolution = _settings.resolve(settings, prof, profiles, files, features, environ, notes, fdir)
-    return features, resolution, fdir

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from dsv41_flags.engines import EngineFacts, engine_facts
+from dsv41_flags.engine import EngineFacts, engine_facts
 from dsv41_flags.text import quoted
 
 #: secret name (parts joined by ``-``) -> why, whatever the engine (see the module docstring)

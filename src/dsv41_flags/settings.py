@@ -1,39 +1,30 @@
 """Resolution: settings files + profile + ``DSV41_*`` variables -> a typed value per key, with
-its source and the chain of every value that was set for it.
+its source (``declared default``, ``<file> [<section>]`` or ``env DSV41_<KEY>``) and the chain of
+every value that was set for it.
 
-Loading, profiles, merging and provenance are Dynaconf's (``get_history``); what is done here
-beyond it, and why, is said once, above ``DYNACONF_OPTIONS``. Every key's source is
-``declared default``, ``<file> [<section>]`` or ``env DSV41_<KEY>``.
-
-Default settings search (first that applies):
-  1. ``settings_files`` passed to ``activate`` / ``--settings`` on the CLI;
-  2. ``DSV41_SETTINGS``: paths separated by ``os.pathsep`` or commas (a missing one is an error);
-  3. ``settings.toml`` in the current directory;
-  4. the default ``settings.toml`` shipped in the package (``dsv41_flags/_data/``).
-``settings.local.toml`` beside any loaded file overrides it (Dynaconf convention).
+Dynaconf's public API (``Dynaconf``, ``get_history``) loads the files that ``settings_files``
+found and checked: the profile (an environment: ``[default]`` + the profile), the merge of
+``settings.local.toml`` and of nested tables, the provenance of every file value. Each layer of a
+key is cast here by its declared type (``values``). ``find_settings_files``, ``PROJECT_SETTINGS``
+and ``reread`` are imported here for the callers that resolve a launch.
 """
 from __future__ import annotations
 
-import functools
 import os
-import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
 from dsv41_flags.errors import Problem, SettingsError
 from dsv41_flags.text import excerpt, quoted, exception_text
-from dsv41_flags.files import SETTINGS_MAX_BYTES, FileRefused, read_regular
 from dsv41_flags.resolution import Resolution, Resolved
 from dsv41_flags.secrecy import MASK, is_secret, secret_names, shown
+from dsv41_flags.settings_files import (DEFAULT_PROFILE, DYNACONF_ACCEPTED, PROJECT_SETTINGS,  # noqa: F401
+                                        dynaconf_key, file_literal, find_settings_files,
+                                        local_companion, profiles_in, reread)
 from dsv41_flags.values import CastError, cast, cast_bool, check_file_value
-
-DEFAULT_PROFILE = "default"
-#: the default settings shipped inside the package (the repository's top-level settings.toml is a
-#: symlink to it): the same file for an editable and a wheel install
-PROJECT_SETTINGS = Path(__file__).resolve().parent / "_data" / "settings.toml"
 
 #: the operator's ``fingerprint`` table: what settings ADD to the engine adapter's defaults
 #: (``EngineAdapter.fingerprint``: prefixes the engine reads, variables and launch options it rewrites or
@@ -41,238 +32,14 @@ PROJECT_SETTINGS = Path(__file__).resolve().parent / "_data" / "settings.toml"
 FINGERPRINT_DEFAULTS = {"prefixes": (), "volatile": (), "volatile_argv": ()}
 
 
-# ---------------------------------------------------------------------------------- files
-def local_companion(path: Path) -> Path:
-    """``settings.local.toml`` beside ``settings.toml`` (Dynaconf's convention)."""
-    return path.with_name(f"{path.stem}.local{path.suffix}")
-
-
-def _check_file(path: Path, how: str) -> list[Problem]:
-    """Problems of one settings file: missing, unreadable, not ``*.toml``, invalid TOML or UTF-8,
-    keys outside a ``[profile]`` section, Dynaconf's special ``[global]`` / ``[dynaconf]``."""
-    def problem(reason: str) -> list[Problem]:
-        """One Problem naming this file and who named it."""
-        return [Problem(str(path), how, f"settings file {path} (named by {how}) {reason}")]
-
-    try:
-        if path.is_dir():
-            return problem("is a directory, not a settings file: name a *.toml file in it")
-        if path.suffix != ".toml":
-            return problem("is not a *.toml file: only TOML settings files are read")
-        data = read_toml(path)
-    except FileRefused as exc:
-        return problem(exc.reason)
-    except UnicodeDecodeError as exc:
-        return problem(f"is not UTF-8 text: {exc.reason} at byte {exc.start}")
-    except _Bom:
-        return problem("starts with a UTF-8 byte order mark (BOM), which TOML does not allow: "
-                       "save it as UTF-8 without BOM")
-    except RecursionError:
-        return problem("is not valid TOML for dsv41_flags: its values are nested too deep")
-    except Exception as exc:  # tomllib.TOMLDecodeError, int digit limits, anything: the file's fault
-        return problem(f"is not valid TOML: {exception_text(exc)}"
-                       if not isinstance(exc, ValueError) else f"is not valid TOML: {exc}")
-    try:
-        return _check_content(data, path, problem)
-    except RecursionError:
-        return problem("is not valid TOML for dsv41_flags: its values are nested too deep")
-
-
-class _Bom(ValueError):
-    """A settings file starts with a UTF-8 BOM."""
-
-
-def read_toml(path: Path) -> dict:
-    """Parse the settings file ``path``: read with ``files.read_regular`` (never blocks on a FIFO
-    or a device, at most ``SETTINGS_MAX_BYTES``), UTF-8 without BOM, TOML (the standard
-    library's ``tomllib``, the parser Dynaconf vendors). Raises FileRefused, UnicodeDecodeError,
-    ``_Bom``, or whatever the parser raises."""
-    import tomllib
-
-    text = read_regular(path, SETTINGS_MAX_BYTES)
-    if text.startswith(b"\xef\xbb\xbf"):
-        raise _Bom(str(path))
-    return tomllib.loads(text.decode("utf-8"))
-
-
-def _check_content(data: Mapping[str, Any], path: Path, problem) -> list[Problem]:
-    """Problems of one parsed settings file's content (``problem(reason)`` makes one)."""
-    problems = _dynaconf_specials(data, path)
-    for where, spellings in _case_collisions(data):
-        problems += problem(f"spells {where} in more than one case ({' and '.join(map(repr, spellings))}): "
-                            f"keys are case-insensitive, so one would silently replace the other; "
-                            f"keep one spelling")
-    for key, value in data.items():
-        if _dynaconf_key(key):
-            continue  # reported by _dynaconf_specials
-        if not isinstance(value, dict):
-            problems += problem(f"sets {quoted(key)} outside any section: put it under [default] or a "
-                                f"[profile] section")
-        elif key.lower() in ("global", "dynaconf"):
-            problems += problem(f"has a [{key}] section, which Dynaconf treats specially: use "
-                                f"[default] or a profile name")
-    return problems
-
-
-_DYNACONF_ACCEPTED = ("accepted: plain keys (flags, options, reserved names) with TOML values, "
-                      "nested tables as TOML tables; to load another file, name it in --settings "
-                      "or DSV41_SETTINGS so that it is listed as loaded")
-
-
-def _dynaconf_key(key: str) -> str:
-    """Why Dynaconf treats ``key`` specially (empty when it does not)."""
-    low = key.lower()
-    if low.startswith("dynaconf"):
-        return "a Dynaconf control key (it would include files, merge or change loading)"
-    if low.endswith("_for_dynaconf"):
-        return "a Dynaconf setting (it would change how settings are loaded)"
-    if "__" in key or "." in key:
-        return "split by Dynaconf into nested keys (write a TOML table instead)"
-    return ""
-
-
-def _dynaconf_token(value: str) -> str:
-    """The Dynaconf ``@`` token ``value`` starts with (``@format``, ``@merge``...), or ""."""
-    text = value.lstrip()
-    if not text.startswith("@"):
-        return ""
-    word = text.split(None, 1)[0].lower()
-    try:
-        from dynaconf.utils.parse_conf import converters
-    except ImportError:  # pragma: no cover - Dynaconf is a dependency
-        converters = {}
-    if word in converters or re.fullmatch(r"@[a-z_]+", word):
-        return word
-    return ""
-
-
-def _dynaconf_specials(data: Mapping[str, Any], path: Path) -> list[Problem]:
-    """Every Dynaconf special in one parsed settings file, in every section and at every depth:
-    control keys (``dynaconf_include``, ``dynaconf_merge``, ``dynaconf_merge_unique``,
-    ``*_for_dynaconf``...), keys Dynaconf splits (``a.b`` / ``a__b``), ``dynaconf_merge`` list
-    markers and ``@`` tokens (``@format``, ``@jinja``, ``@merge``, ``@del``...). dsv41_flags
-    refuses them all (none is applied, so no file or value changes the fingerprint without being
-    listed): one Problem each, naming the file [section], the key, its value and what is accepted.
-    """
-    problems: list[Problem] = []
-
-    def refuse(section: str, key: str, value: Any, what: str) -> None:
-        origin = f"{path} [{section}]" if section else str(path)
-        problems.append(Problem(key.upper(), origin,
-                                f"{origin}: {key} = {shown(key, value)} is {what}: refused; {_DYNACONF_ACCEPTED}"))
-
-    def walk(value: Any, section: str, where: str) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                at = f"{where}.{key}" if where else key
-                why = _dynaconf_key(key)
-                if why:
-                    refuse(section, at, item, why)
-                walk(item, section, at)
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                if isinstance(item, str) and item.strip().lower().startswith("dynaconf_"):
-                    refuse(section, f"{where}[{i}]", item, "a Dynaconf list marker (it would merge "
-                                                           "this list with another file's)")
-                else:
-                    walk(item, section, f"{where}[{i}]")
-        elif isinstance(value, str):
-            token = _dynaconf_token(value)
-            if token:
-                refuse(section, where, value, f"a Dynaconf {token} token (it would be evaluated "
-                                              f"or merge values)")
-
-    for key, value in data.items():
-        why = _dynaconf_key(key)
-        if why:
-            refuse("", key, value, why + " outside any section")
-            continue
-        if isinstance(value, dict):
-            walk(value, key, "")
-    return problems
-
-
-def _case_collisions(table: Mapping, where: str = "") -> list[tuple[str, list[str]]]:
-    """``(where, spellings)`` for every set of keys of one table (sections included, nested
-    tables searched) that differ only by case: ``x`` and ``X`` in ``[default]``."""
-    out = []
-    groups: dict[str, list[str]] = {}
-    for key in table:
-        groups.setdefault(key.lower(), []).append(key)
-    for lower, keys in groups.items():
-        if len(keys) > 1:
-            out.append((f"the key {quoted(lower)} in [{where}]" if where else f"the section [{lower}]", keys))
-    for key, value in table.items():
-        if isinstance(value, dict):
-            out += _case_collisions(value, f"{where}.{key}" if where else key)
-    return out
-
-
-def find_settings_files(explicit: list[str | os.PathLike] | None = None,
-                        environ: Mapping[str, str] | None = None,
-                        cwd: Path | None = None) -> tuple[list[Path], str]:
-    """Return ``(files, how)`` following the documented search; ``how`` says which rule applied.
-
-    Every file found and its ``.local`` companion (when present) are checked. Raises SettingsError
-    naming the path, who named it and the reason when a file is missing (explicitly named),
-    unreadable, not ``*.toml``, not valid TOML, or has keys outside a profile section.
-    """
-    environ = os.environ if environ is None else environ
-    cwd = Path.cwd() if cwd is None else cwd
-    if explicit:
-        paths, how = [Path(p) for p in explicit], "argument"
-    elif environ.get(SETTINGS_VAR, "").strip():
-        raw = environ[SETTINGS_VAR].replace(",", os.pathsep)
-        paths = [Path(p.strip()) for p in raw.split(os.pathsep) if p.strip()]
-        how = f"env {SETTINGS_VAR}"
-    else:
-        paths, how = [], "none found (declared defaults only)"
-        for candidate, rule in ((cwd / "settings.toml", "current directory"),
-                                (PROJECT_SETTINGS, "project directory")):
-            if candidate.is_file():
-                paths, how = [candidate], rule
-                break
-    problems = []
-    resolved = []
-    for p in paths:
-        p = (cwd / p) if not p.is_absolute() else p
-        found = _check_file(p, how)  # a directory ("/" too: no file name) is refused here
-        local = local_companion(p) if not found else None
-        if local is not None and (local.exists() or local.is_symlink()):
-            found = _check_file(local, f"beside {p}")
-        if not found:
-            try:
-                resolved.append(p.resolve())
-            except Exception as exc:  # RuntimeError on a symlink loop, OSError...: the file's fault
-                found = [Problem(str(p), how, f"settings file {p} (named by {how}) cannot be "
-                                               f"resolved: {exception_text(exc)}")]
-        problems += found
-    if problems:
-        raise SettingsError(problems)
-    return resolved, how
-
-
-def profiles_in(files: list[Path]) -> tuple[str, ...]:
-    """Profile (top-level table) names present in ``files`` and their ``.local`` companions
-    (files already checked by ``find_settings_files``)."""
-    names: list[str] = []
-    for f in files:
-        for path in (f, local_companion(f)):
-            if path.is_file():
-                for name, value in read_toml(path).items():
-                    if isinstance(value, dict) and name.lower() not in names:
-                        names.append(name.lower())
-    if DEFAULT_PROFILE not in names:
-        names.insert(0, DEFAULT_PROFILE)
-    return tuple(names)
-
-
 def load(files: list[Path], profile: str | None = None, environ: Mapping[str, str] | None = None):
     """Load ``files`` with Dynaconf for ``profile`` (else ``DSV41_ENV``, else ``default``).
 
-    Returns ``(settings, profile, profiles, notes)``. A stray ``ENV_FOR_DYNACONF`` is ignored
-    (and noted). Raises SettingsError when the profile is not present in the files (the message
-    lists the profiles present) or when Dynaconf cannot load a file.
+    Returns ``(settings, profile, profiles, notes)``; ``settings`` is a ``LoadedSettings``.
+    Dynaconf's own variables in ``environ`` are ignored (and noted). Raises SettingsError when the
+    profile is not present in the files (the message lists the profiles present), when Dynaconf
+    cannot load a file, or when a Dynaconf option variable of this process changed what Dynaconf
+    loads (``_process_overrides``).
     """
     environ = os.environ if environ is None else environ
     notes: list[str] = []
@@ -280,8 +47,6 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
     if profile is None:
         profile, origin = environ.get(PROFILE_VAR, "").strip() or DEFAULT_PROFILE, f"env {PROFILE_VAR}"
     profile = profile.strip().lower()
-    # Dynaconf also obeys DYNACONF_* and *_FOR_DYNACONF variables (a stray ENV_FOR_DYNACONF from
-    # another program, DYNACONF_<KEY> values, SETTINGS_FILE_FOR_DYNACONF...): only DSV41_* counts
     ignored = sorted(k for k in environ if k.startswith("DYNACONF_") or k.endswith("_FOR_DYNACONF"))
     if ignored:
         notes.append(f"ignored Dynaconf variable(s) {', '.join(ignored)}: dsv41_flags reads DSV41_* "
@@ -292,108 +57,84 @@ def load(files: list[Path], profile: str | None = None, environ: Mapping[str, st
             PROFILE_VAR, origin,
             f"profile {quoted(profile)} (from {origin}) is not in the settings files "
             f"({', '.join(map(str, files)) or 'none loaded'}); profiles present: {', '.join(profiles)}")])
+    import glob
+
+    from dynaconf import Dynaconf, get_history
+
+    # Dynaconf globs an entry holding *, ? or [: a file found here is read as that exact file
+    names = [glob.escape(str(f)) for f in files]
     try:
-        settings = _dynaconf(profile, files)
-        settings.as_dict()  # force the load here, where errors can be attributed
+        settings = Dynaconf(**DYNACONF_OPTIONS, settings_files=names, force_env=profile)
+        history = get_history(settings)  # forces the load here, where errors can be attributed
     except Exception as exc:  # Dynaconf raises many kinds; attribute them to the files
         raise SettingsError([Problem("SETTINGS", ", ".join(map(str, files)),
                                      f"loading {', '.join(map(str, files))} failed: "
                                      f"{exception_text(exc)}")]) from exc
-    return settings, profile, profiles, tuple(notes)
+    layers = tuple(e for e in history if e["loader"] == "toml")
+    problems = _process_overrides(settings, names, files, layers)
+    if problems:
+        raise SettingsError(problems)
+    return LoadedSettings(settings, layers), profile, profiles, tuple(notes)
 
 
-# Where dsv41_flags goes beyond Dynaconf, and why (the one place that says it):
-# - Dynaconf takes each of its own options from a ``<OPTION>_FOR_DYNACONF`` variable (and
-#   ``DYNACONF_<KEY>`` values) unless told otherwise: a stray variable could add files, drop the
-#   profiles or the merge, without being listed as loaded. So its options are passed, all of
-#   them (``DYNACONF_OPTIONS``), and the ``Settings`` it builds reads no variable (``environ``).
-# - Dynaconf's env loader reads only ``os.environ`` and parses each value as TOML (``off`` stays
-#   the string "off", ``1e3`` becomes a float, ``0x10`` an int). A launch is resolved for an
-#   explicit environment (the launcher's command environment, tests) without touching
-#   ``os.environ``, and a variable's value is cast from its raw text by the declared type. So the
-#   ``DSV41_<KEY>`` layer is read here, from the mapping given (``_history``).
-# - Dynaconf's validators check the merged value, whose layer and text are gone. Each layer of
-#   a key is cast and checked on its own here, and a file value is checked against the text
-#   written in the file (``_literals``: a number in decimal digits; an error shows that text).
-# Files, profiles (``[default]`` + the profile, picked by ``DSV41_ENV`` or an argument), merging
-# and provenance (``get_history``, loader ``toml``) are Dynaconf's.
+#: Dynaconf's options, every one that decides what is loaded (docs/settings.md, "What Dynaconf
+#: does, and what is ours", says why each part beyond them is ours): its env loader is off
+#: (``loaders=[]``): the ``DSV41_<KEY>`` layer is the raw text of the environment resolved
+#: (``_history``); a process variable that changes one of them is refused (``_process_overrides``).
 DYNACONF_OPTIONS = {
     "environments": True, "default_env": "DEFAULT", "merge_enabled": True, "core_loaders": ["TOML"],
     "loaders": [], "load_dotenv": False, "auto_cast": False, "includes": [], "preload": [],
     "secrets": None, "root_path": None, "skip_files": [], "redis_enabled": False,
-    "vault_enabled": False, "encoding": "utf-8", "silent_errors": True,
+    "vault_enabled": False, "encoding": "utf-8", "silent_errors": True, "sysenv_fallback": False,
 }
 
 
-@functools.cache
-def _files_only_settings():
-    """Dynaconf's ``Settings`` class, blind to the process environment (see the comment above):
-    its ``environ`` is empty and its settings file is the one passed."""
-    from dynaconf.base import Settings
+class LoadedSettings(NamedTuple):
+    """What ``load`` gives: ``dynaconf``, the ``Dynaconf`` instance (merged values), and
+    ``layers``, its ``get_history`` entries of loader ``toml`` (``identifier``: file, ``env``:
+    section, ``value``: that section's table), lowest precedence first, read once per load."""
 
-    class FilesOnlySettings(Settings):
-        """Dynaconf settings loaded from the files passed only."""
+    dynaconf: Any
+    layers: tuple[dict, ...]
 
-        @property
-        def environ(self):
-            return {}
-
-        @property
-        def settings_module(self):
-            return self.SETTINGS_FILE_FOR_DYNACONF
-
-        @functools.cached_property  # kept in the instance's __dict__, never a Dynaconf key
-        def toml_history(self) -> tuple[dict, ...]:
-            """Dynaconf's ``get_history`` entries of loader ``toml``, in loading order (lowest
-            precedence first), read once per load."""
-            from dynaconf.utils.inspect import get_history
-
-            return tuple(e for e in get_history(self) if e["loader"] == "toml")
-
-    return FilesOnlySettings
+    def entries(self, key: str) -> list[dict]:
+        """The layers that set the top-level ``key`` (upper-case, as Dynaconf keeps it; a key set
+        in two cases is refused before loading), each with ``value`` its value there: what
+        ``get_history(dynaconf, key=key)`` gives for loader ``toml``, without a history read per
+        key."""
+        return [{**e, "value": e["value"][key]} for e in self.layers
+                if isinstance(e["value"], dict) and key in e["value"]]
 
 
-def _toml_entries(settings, key: str | None = None) -> list[dict]:
-    """Dynaconf's ``get_history`` entries of loader ``toml`` (``identifier``: file, ``env``:
-    section, ``value``), lowest precedence first: every layer, or, for ``key``, the layers that set
-    it, with ``value`` its value there. Settings from ``load`` read the history once per load
-    (``toml_history``) and look a plain upper-case key up in each layer (Dynaconf keeps top-level
-    keys upper-case, and a key set in two cases is refused before loading); other settings, or
-    any other key, go through ``get_history(settings, key=...)`` itself."""
-    from dynaconf.utils.inspect import get_history
-
-    cached = isinstance(getattr(type(settings), "toml_history", None), functools.cached_property)
-    if key is None and cached:
-        return list(settings.toml_history)
-    if key is not None and cached and key.isupper() and "__" not in key and "." not in key:
-        tables = [e for e in settings.toml_history if isinstance(e["value"], dict)]
-        if not any(" " in k for e in tables for k in e["value"] if isinstance(k, str)):
-            return [{**e, "value": e["value"][key]} for e in tables if key in e["value"]]
-    if key is None:
-        return [e for e in get_history(settings) if e["loader"] == "toml"]
-    try:
-        entries = get_history(settings, key=key)
-    except Exception:  # key never set
-        entries = []
-    return [e for e in entries if e["loader"] == "toml"]
-
-
-def _dynaconf(profile: str, files: list[Path]):
-    """Load ``files`` for ``profile`` with Dynaconf: ``[default]`` + the profile's section, merged,
-    ``settings.local.toml`` companions included, provenance in ``get_history`` (loader ``toml``)."""
-    from dynaconf.utils import normalize_kwargs
-
-    return _files_only_settings()(**normalize_kwargs({
-        **DYNACONF_OPTIONS, "settings_files": [_literal(f) for f in files], "force_env": profile}))
+def _process_overrides(settings, names: list[str], files: list[Path], layers) -> list[Problem]:
+    """One Problem when this process's variables changed Dynaconf's load: an option of
+    ``DYNACONF_OPTIONS`` (or the settings files) whose value in Dynaconf differs from the one
+    passed, or a file read that the search did not find. It names the variables and what changed."""
+    wanted = {**DYNACONF_OPTIONS, "settings_file": names}
+    wanted.pop("load_dotenv")  # not an option Dynaconf keeps; the argument wins over the variable
+    changed = []
+    for name, want in wanted.items():
+        have = settings.get(f"{name.upper()}_FOR_DYNACONF")
+        if (list(have) if isinstance(have, (list, tuple)) else have) != want:
+            changed.append(f"{name}={quoted(have)} instead of {quoted(want)}")
+    found = {str(p) for f in files for p in (f, local_companion(f))}
+    changed += [f"read {read}" for read in sorted({e["identifier"] for e in layers} - found)]
+    if not changed:
+        return []
+    variables = sorted(k for k in os.environ if k.endswith("_FOR_DYNACONF") or k.startswith("DYNACONF_"))
+    return [Problem("DYNACONF", f"env {', '.join(variables)}", (
+        f"Dynaconf's own variables of this process ({', '.join(f'{k}={shown(k, os.environ[k])}' for k in variables)}) "
+        f"changed what it loads ({'; '.join(changed)}): Dynaconf takes its options from them over "
+        f"the arguments dsv41_flags gives it, so files and profiles would be read without being "
+        f"listed; accepted: none of Dynaconf's option variables where settings are resolved "
+        f"(unset them: dsv41_flags reads DSV41_* only, files from --settings or {SETTINGS_VAR})"))]
 
 
 # ---------------------------------------------------------------------------- resolution
-def _history(settings, key: str, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
+def _history(settings: LoadedSettings, key: str, environ: Mapping[str, str]) -> list[tuple[str, Any]]:
     """``[(source, raw)]`` for ``key``, lowest precedence first: the files' values from Dynaconf's
     history, then ``DSV41_<KEY>`` from ``environ`` (raw text) when set."""
-    out = []
-    for entry in _toml_entries(settings, key):
-        out.append((f"{entry['identifier']} [{entry['env']}]", entry["value"]))
+    out = [(f"{e['identifier']} [{e['env']}]", e["value"]) for e in settings.entries(key)]
     var = ENV_PREFIX + key
     if var in environ:  # the variable layer: highest precedence, its raw text
         out.append((f"env {var}", environ[var]))
@@ -419,25 +160,15 @@ def _cast_chain(key: str, what: str, chain: list[tuple[str, Any]], caster,
                     else f"{key.lower()} ({origin})"
                 written = f"{where}: its value ({MASK}, a secret)"
             elif origin.startswith("env "):
-                written = f"{origin[4:]}={_short(raw)} (environment variable)"
+                written = f"{origin[4:]}={quoted(raw)} (environment variable)"
             else:
                 literal = file_literal(origin, key)
-                written = (f"{key.lower()} = {_cut(literal)}" if literal is not None
-                           else f"{key.lower()}={_short(raw)}") + f" ({origin})"
+                written = (f"{key.lower()} = {excerpt(literal)}" if literal is not None
+                           else f"{key.lower()}={quoted(raw)}") + f" ({origin})"
             problems.append(Problem(key, origin, f"{written} is not a valid value for {what}; "
                                                  f"accepted: {exc.accepted}"))
             bad = True
     return value, source, ok and not bad
-
-
-def _short(raw: Any) -> str:
-    """``repr(raw)``, bounded (``errors.quoted``: a 5000-digit value is named, not printed)."""
-    return quoted(raw)
-
-
-def _cut(text: str) -> str:
-    """``text``, bounded (``errors.excerpt``)."""
-    return excerpt(text)
 
 
 def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
@@ -448,81 +179,6 @@ def cast_layer(key: str, kind: str, caster, origin: str, raw: Any) -> Any:
     if kind and origin != DECLARED_DEFAULT and not origin.startswith("env "):
         check_file_value(kind, raw, file_literal(origin, key))
     return caster(raw)
-
-
-def reread(key: str, origin: str, environ: Mapping[str, str] | None = None) -> Any:
-    """The raw value of ``key`` at the layer ``origin`` of its chain, read again: ``env VAR`` ->
-    ``environ[VAR]`` (default ``os.environ``); ``<file> [<section>]`` -> the TOML value under
-    ``[section]`` (key case ignored) of that file as it is now. For a secret, which no snapshot
-    carries. Raises LookupError naming the layer when the value is not there any more (the file
-    unreadable, the section or key gone, the variable unset)."""
-    if origin.startswith("env "):
-        environ = os.environ if environ is None else environ
-        if origin[4:] not in environ:
-            raise LookupError(f"{origin[4:]} is not set in this process")
-        return environ[origin[4:]]
-    import tomllib
-
-    path, _, section = origin.rpartition(" [")
-    section = section.rstrip("]")
-    try:
-        data = tomllib.loads(read_regular(path, SETTINGS_MAX_BYTES).decode("utf-8"))
-    except Exception as exc:  # OSError, FileRefused, a decode or TOML error
-        raise LookupError(f"{path} cannot be read again: {type(exc).__name__}") from None
-    table = next((v for k, v in data.items() if k.lower() == section.lower()
-                  and isinstance(v, dict)), None)
-    found = [v for k, v in (table or {}).items() if k.lower() == key.lower()]
-    if not found:
-        raise LookupError(f"{path} has no {key.lower()} under [{section}] any more")
-    return found[0]
-
-
-def file_literal(origin: str, key: str) -> str | None:
-    """The text written for ``key`` in the layer ``origin`` (``<file> [<section>]``): what follows
-    ``key =`` on its line, without a trailing comment (``0x10``, ``"sometimes"``), or None when
-    the value is not written on one ``key = value`` line directly under ``[section]`` (an inline
-    table, a dotted key, a value over several lines)."""
-    path, _, section = origin.rpartition(" [")
-    return _literals(path).get((section.rstrip("]").lower(), key.lower()))
-
-
-def _literals(path: str) -> dict[tuple[str, str], str]:
-    """``(section, key) -> text`` of every one-line ``key = value`` of the settings file ``path``
-    (lower-case names), read once per version of the file (path, size, modification time). Each
-    text is checked to parse, alone, as TOML: only a value's own text is ever shown."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return {}
-    return _literals_of(path, st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=32)
-def _literals_of(path: str, _size: int, _mtime_ns: int) -> dict[tuple[str, str], str]:
-    import tomllib
-
-    try:
-        lines = read_regular(path, SETTINGS_MAX_BYTES).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError, FileRefused):
-        return {}
-    header = re.compile(r"^\s*\[([^\[\]]+)\]\s*(#.*)?$")
-    keyline = re.compile(r"""^\s*(["']?)([A-Za-z0-9_-]+)\1\s*=\s*([^#"'\[{]*?|"[^"\\]*"|'[^']*')\s*(#.*)?$""")
-    out: dict[tuple[str, str], str] = {}
-    section = None
-    for line in lines:
-        head = header.match(line)
-        if head:
-            section = head.group(1).strip().strip("\"'").lower()
-            continue
-        m = keyline.match(line)
-        if m and section is not None and m.group(3):
-            try:
-                tomllib.loads(f"v = {m.group(3)}")
-            except Exception:  # not a value's whole text: show the parsed value instead
-                continue
-            out[(section, m.group(2).lower())] = m.group(3)
-    return out
-
 
 def reserved_caster(key: str):
     """``(kind, caster)`` of a typed reserved setting (``RESERVED_TYPES``): reserved words accept
@@ -536,7 +192,7 @@ def reserved_caster(key: str):
     return kind, caster
 
 
-def reserved_settings(settings, environ: Mapping[str, str], problems: list[Problem] | None = None,
+def reserved_settings(settings: LoadedSettings, environ: Mapping[str, str], problems: list[Problem] | None = None,
                       resolved: dict[str, Resolved] | None = None) -> dict[str, Any]:
     """Typed reserved settings (STRICT, FEATURES_DIR, LOG_FORMAT, LOG_LEVEL, RANK_GUARD, EXTERNAL)
     or their defaults; bad values are appended to ``problems``; ``resolved`` (when given) gets a
@@ -560,14 +216,14 @@ def reserved_settings(settings, environ: Mapping[str, str], problems: list[Probl
             try:
                 reserved[key] = str((base / value).resolve())
             except Exception as exc:  # RuntimeError on a symlink loop, OSError...: the value's fault
-                problems.append(Problem(key, src, f"features_dir={_short(value)} ({src}) cannot be "
+                problems.append(Problem(key, src, f"features_dir={quoted(value)} ({src}) cannot be "
                                         f"resolved: {exception_text(exc)}; accepted: a "
                                         f"directory path"))
                 reserved[key] = default
     return reserved
 
 
-def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path],
+def resolve(settings: LoadedSettings, profile: str, profiles: tuple[str, ...], files: list[Path],
             features: tuple[Feature, ...], environ: Mapping[str, str] | None = None,
             notes: tuple[str, ...] = (), features_dir: Path | None = None) -> Resolution:
     """Resolve every flag and option of ``features`` and the reserved settings.
@@ -610,7 +266,7 @@ def resolve(settings, profile: str, profiles: tuple[str, ...], files: list[Path]
                       problems=tuple(problems), notes=notes, reserved_values=reserved_values)
 
 
-def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
+def _fingerprint_settings(settings: LoadedSettings, problems: list[Problem], strict: bool = True
                           ) -> tuple[dict, dict[str, str]]:
     """Typed ``fingerprint`` table (``prefixes``, ``volatile``, ``volatile_argv`` and
     ``prefix_sources``: prefix -> ``settings file <file> [section]``) and, per volatile name, the
@@ -623,7 +279,7 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
     out: dict[str, Any] = dict(FINGERPRINT_DEFAULTS)
     sources: dict[str, str] = {}
     prefix_sources: dict[str, str] = {}
-    history = _toml_entries(settings, "FINGERPRINT")
+    history = settings.entries("FINGERPRINT")
     accepted = "a list of non-empty strings, e.g. [\"SGLANG_RUN_ID\"]"
     ok = True
     for entry in history:
@@ -649,7 +305,7 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
                 for item in value:
                     (prefix_sources if name == "prefixes" else sources).setdefault(
                         item, f"settings file {origin}")
-    table = settings.get("FINGERPRINT", {}) if ok else {}
+    table = settings.dynaconf.get("FINGERPRINT", {}) if ok else {}
     for name in FINGERPRINT_DEFAULTS:
         if isinstance(table, dict) and name in table:
             out[name] = tuple(table[name])
@@ -658,7 +314,7 @@ def _fingerprint_settings(settings, problems: list[Problem], strict: bool = True
     return out, sources
 
 
-def _unknown_keys(settings, known: set[str], external: set[str], environ: Mapping[str, str],
+def _unknown_keys(settings: LoadedSettings, known: set[str], external: set[str], environ: Mapping[str, str],
                   strict: bool, features_origin: str = "") -> list[Problem]:
     severity = "error" if strict else "warning"
     tail = (f" ({features_origin})" if features_origin else "") + \
@@ -668,12 +324,12 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
     for name in sorted(environ):
         if name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX):]
-            special = _dynaconf_key(key)
+            special = dynaconf_key(key)
             if special and "__" not in key:
                 # DSV41_DYNACONF_INCLUDE would make Dynaconf load a file never listed as loaded:
                 # an error whatever the strict mode
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}="
-                                        f"{shown(name, environ[name])} is {special}: refused; {_DYNACONF_ACCEPTED}"))
+                                        f"{shown(name, environ[name])} is {special}: refused; {DYNACONF_ACCEPTED}"))
             elif key == "FINGERPRINT":
                 problems.append(Problem(name, f"env {name}", f"environment variable {name}: the "
                                         f"fingerprint table cannot be set through a variable (set "
@@ -692,7 +348,7 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
                                     f"and is not read (variable names are case-sensitive)"
                                     f"{suggest(name.upper(), env_known)}{tail}", severity))
     seen = set()
-    for entry in _toml_entries(settings):
+    for entry in settings.layers:
         if not isinstance(entry["value"], dict):
             continue
         for key in entry["value"]:
@@ -710,10 +366,3 @@ def _unknown_keys(settings, known: set[str], external: set[str], environ: Mappin
     return problems
 
 
-def _literal(path: os.PathLike | str) -> str:
-    """``path`` as Dynaconf must read it: exactly that file. Dynaconf globs a ``settings_files``
-    entry holding ``*``, ``?`` or ``[``; the files here are already found and checked, so their
-    glob characters are escaped (a ``[ab]`` in a directory name is part of the name)."""
-    import glob
-
-    return glob.escape(str(path))

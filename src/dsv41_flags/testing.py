@@ -34,6 +34,7 @@ from structlog.testing import LogCapture
 import dsv41_flags
 import dsv41_flags.activation as _activation
 from dsv41_flags.discovery import PACKAGE
+from dsv41_flags.errors import RestoreError
 from dsv41_flags.names import ENV_PREFIX
 from dsv41_flags.runtime import FeatureState, Runtime
 
@@ -154,7 +155,9 @@ class FlagsKit:
     def restore(self) -> None:
         """Uninstall every patch, then put back os.environ, structlog's configuration, the process
         runtime and the attributes its patches hold, and ``sys.modules``' feature modules as they
-        were before ``activate``."""
+        were before ``activate``. Every step is done whatever the others do; RestoreError (raised
+        at the end, the test's teardown then errors) lists each attribute whose owner refused the
+        restore and that is still patched."""
         saved, self._saved = self._saved, None
         if saved is None:
             return
@@ -162,9 +165,13 @@ class FlagsKit:
         current = _activation.process_state()[0]
         rt = self.runtime if self.runtime is not None else (
             current if current is not saved["process_state"][0] else None)
+        failures: list[tuple[str, str, str]] = []
         try:
             if rt is not None:
-                rt.uninstall()  # also disarms hooks whose target was never imported
+                try:
+                    rt.uninstall()  # also disarms hooks whose target was never imported
+                except RestoreError as exc:
+                    failures += exc.failures
         finally:
             os.environ.clear()
             os.environ.update(saved["environ"])
@@ -175,10 +182,17 @@ class FlagsKit:
             _activation.set_process_state(saved["process_state"])
             for owner, attr, had_own, value in saved["patched"]:
                 if had_own and getattr(owner, "__dict__", {}).get(attr) is not value:
-                    setattr(owner, attr, value)
+                    try:
+                        setattr(owner, attr, value)
+                    except Exception as exc:  # noqa: BLE001 - listed below, the rest go on
+                        failures.append(("(the process runtime's patch)",
+                                         f"{getattr(owner, '__qualname__', owner)}.{attr}",
+                                         f"{type(exc).__name__}: {exc}"))
             for name in [k for k in sys.modules if (k == PACKAGE or k.startswith(PACKAGE + "."))
                          and k not in saved["modules"]]:
                 del sys.modules[name]
+        if failures:
+            raise RestoreError(failures)
 
 
 @pytest.fixture

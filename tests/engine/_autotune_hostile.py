@@ -54,7 +54,7 @@ def main(repo: str, workdir: str) -> None:
 
     from structlog.testing import capture_logs
 
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
 
     mod = importlib.import_module(TARGET)
     rt = build([Path(repo) / "settings.toml"], None, environ={"DSV41_AUTOTUNE_KEEP": "1"},

@@ -59,7 +59,7 @@ def _run(rank: int, group, workdir: Path, repo: Path) -> dict:
 
     import dsv41_flags
     import dsv41_flags.cache_keeping
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
 
     assert TARGET not in sys.modules
     mod = importlib.import_module(TARGET)  # the one import of the target in this process

@@ -39,7 +39,7 @@ from sglang.srt.utils.network import get_zmq_socket  # noqa: E402
 
 from dsv41_flags.activation import process_state, set_process_state  # noqa: E402
 from dsv41_flags.cli import app as cli_app  # noqa: E402
-from dsv41_flags.runtime import build  # noqa: E402
+from dsv41_flags.assembly import build  # noqa: E402
 from dsv41_flags.engines.sglang.http import SET_PATH, STATUS_PATH  # noqa: E402
 from dsv41_flags.engines.sglang.processes import arm_live  # noqa: E402
 

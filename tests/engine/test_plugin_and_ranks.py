@@ -107,7 +107,7 @@ def _rank(q, init_file, settings_text, tmp, rank):
         import torch.distributed as dist
 
         from dsv41_flags.rank_guard import RankMismatchError, check_ranks
-        from dsv41_flags.runtime import build
+        from dsv41_flags.assembly import build
 
         settings = Path(tmp) / f"rank{rank}.toml"
         settings.write_text(settings_text[rank])

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 RANK = r"""
 import json, sys
 from pathlib import Path
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 from dsv41_flags.engines.sglang.metrics import update
 
 repo = Path(sys.argv[1])

@@ -4,10 +4,10 @@ driven from outside (HTTP, the ``dsv41-flags`` command, the JSON event lines the
 Nothing here imports dsv41_flags: the tier is black-box. What a launch needs on a CPU is built
 at test time in a session directory (see ``Kit``):
 
-- an out-of-tree sglang platform (entry-point group ``sglang.srt.platforms``, selected with
-  ``SGLANG_PLATFORM``): the in-tree CPU platform declared out of tree, whose capabilities say no
-  graph capture and no PyNccl (without it, tp 2 dies creating PyNccl and tp 1 dies importing
-  vllm);
+- the package's CPU platform plugin (entry point ``dsv41_cpu`` of ``sglang.srt.platforms``,
+  selected with ``SGLANG_PLATFORM``): the in-tree CPU platform declared out of tree, whose
+  capabilities say no graph capture and no PyNccl (without it, tp 2 dies creating PyNccl and tp 1
+  dies importing vllm);
 - a model directory holding only a tiny Llama ``config.json`` (``--load-format dummy``);
 - a HOME and cache directories shared by every process of the session (no test writes into the
   user's home or cache; the torch inductor cache compiled by the first boot serves the later ones);
@@ -25,7 +25,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import urllib.error
@@ -39,28 +38,8 @@ BOOT_TIMEOUT = float(os.environ.get("SERVER_TIER_BOOT_TIMEOUT") or 240.0)
 STOP_TIMEOUT = 20.0       # seconds between SIGTERM and SIGKILL of a launch's process group
 CLI_TIMEOUT = 120.0       # seconds for one dsv41-flags command
 
-PLATFORM_NAME = "server_tier_cpu"
-PLATFORM_MODULE = "server_tier_platform"
-PLATFORM = '''
-"""An out-of-tree sglang platform for the server tier: sglang's CPU platform declared out of tree,
-so that sglang reads its capabilities (no graph capture, no PyNccl) and dispatches layers to
-``forward_native`` (no sgl_kernel needed)."""
-from sglang.srt.platforms.cpu import CpuSRTPlatform
-from sglang.srt.platforms.device_mixin import PlatformEnum
-from sglang.srt.platforms.interface import PlatformCapabilities
-
-
-class ServerTierCpuPlatform(CpuSRTPlatform):
-    _enum = PlatformEnum.OOT
-    capabilities = PlatformCapabilities(graph_capture=False, supports_pynccl=False)
-
-    def get_default_attention_backend(self) -> str:
-        return "torch_native"
-
-
-def activate():
-    return "server_tier_platform:ServerTierCpuPlatform"
-'''
+#: the packaged CPU platform plugin (dsv41_flags.engines.sglang.cpu_platform), by its entry-point name
+PLATFORM_NAME = "dsv41_cpu"
 
 TINY_LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -183,7 +162,6 @@ class Kit:
     """What every launch of the session shares (see the module docstring)."""
 
     root: Path
-    platform_dir: Path = field(init=False)
     model_dir: Path = field(init=False)
     home: Path = field(init=False)
     settings: Path = field(init=False)
@@ -191,17 +169,8 @@ class Kit:
     cli: Path = field(init=False)
 
     def __post_init__(self) -> None:
-        self.platform_dir = self.root / "platform"
-        self.platform_dir.mkdir(parents=True)
-        (self.platform_dir / f"{PLATFORM_MODULE}.py").write_text(textwrap.dedent(PLATFORM))
-        info = self.platform_dir / f"{PLATFORM_MODULE}-0.1.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {PLATFORM_MODULE.replace('_', '-')}\nVersion: 0.1\n")
-        (info / "entry_points.txt").write_text(
-            f"[sglang.srt.platforms]\n{PLATFORM_NAME} = {PLATFORM_MODULE}:activate\n")
         self.model_dir = self.root / "tiny-llama"
-        self.model_dir.mkdir()
+        self.model_dir.mkdir(parents=True)
         (self.model_dir / "config.json").write_text(json.dumps(TINY_LLAMA, indent=1))
         self.home = self.root / "home"
         (self.home / ".cache").mkdir(parents=True)
@@ -230,8 +199,7 @@ class Kit:
             "FLASHINFER_WORKSPACE_BASE": str(cache / "sglang"),
             "HF_HOME": str(cache / "huggingface"),
             "TORCH_HOME": str(cache / "torch"),
-            "PYTHONPATH": os.pathsep.join([str(p) for p in pythonpath]
-                                          + [str(self.platform_dir)] + inherited),
+            "PYTHONPATH": os.pathsep.join([str(p) for p in pythonpath] + inherited),
             "PYTHONDONTWRITEBYTECODE": "1",   # no __pycache__ beside the package or its features
             "PYTHONUNBUFFERED": "1",
             "SGLANG_PLATFORM": PLATFORM_NAME,

@@ -123,7 +123,13 @@ def test_switch_engine_applies_on_both_ranks_in_lockstep(engine_run):
             assert (r["generation"], ff["value"]) == (generation, value)
             assert ff["source"].startswith(f"live switch generation {generation} by server-tier")
 
-    toggled = launch.events("feature.toggled")
+    # the Engine's own process and its detokenizer applied each switch too (peers)
+    others = [e for e in launch.events("feature.toggled") if e["role"] != "scheduler"]
+    assert sorted((e["role"], e["generation"], e["new"]) for e in others) == [
+        ("detokenizer", 1, True), ("detokenizer", 2, False), ("engine", 1, True),
+        ("engine", 2, False)], others
+    assert sorted(p["role"] for p in result["on"]["processes"]) == ["detokenizer", "engine"]
+    toggled = [e for e in launch.events("feature.toggled") if e["role"] == "scheduler"]
     assert sorted((e["generation"], e["tp_rank"], e["new"]) for e in toggled) == \
         [(1, 0, True), (1, 1, True), (2, 0, False), (2, 1, False)]
     assert sorted(e["pid"] for e in toggled if e["generation"] == 1) == scheduler_pids

@@ -149,7 +149,16 @@ class TestPlainLaunch:
             assert {r["step"] for r in ranks} == {answer["step"]}
         assert off["step"] > on["step"], "the server ran no forward step between the two switches"
 
-        toggled = plain.wait_events("feature.toggled", 4)
+        # every other process of the launch applied each switch too (peers: the HTTP process,
+        # the detokenizer), with the ranks' generation
+        others = plain.wait_events("feature.toggled", 4, requested_by="server-tier",
+                                   feature="folded_fence")
+        others = [e for e in others if e["role"] != "scheduler" and e["generation"] > g0]
+        assert sorted((e["role"], e["generation"], e["new"]) for e in others) == [
+            ("detokenizer", g0 + 1, True), ("detokenizer", g0 + 2, False),
+            ("launcher", g0 + 1, True), ("launcher", g0 + 2, False)], others
+        assert sorted(p["role"] for p in on["processes"]) == ["detokenizer", "launcher"], on
+        toggled = plain.wait_events("feature.toggled", 4, role="scheduler")
         seen = sorted((e["generation"], e["tp_rank"], e["new"], e["step"], e["requested_by"])
                       for e in toggled if e["generation"] > g0)
         assert seen == [(g0 + 1, 0, True, on["step"], "server-tier"),
@@ -202,7 +211,8 @@ class TestPlainLaunch:
         assert [(r["generation"], len(r["switches"])) for r in after] == \
             [(g0, len(r["switches"])) for r in before]
         assert not [e for e in plain.events("feature.toggled") if e["requested_by"] == who]
-        unchanged = plain.wait_events("feature.toggle_unchanged", 2, requested_by=who)
+        unchanged = plain.wait_events("feature.toggle_unchanged", 2, requested_by=who,
+                                      role="scheduler")
         assert sorted(e["tp_rank"] for e in unchanged) == [0, 1]
 
 

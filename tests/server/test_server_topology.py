@@ -99,7 +99,7 @@ class TestDataParallel:
         fence = [f for r in status["ranks"] for f in r["features"] if f["name"] == "folded_fence"]
         assert [(f["value"], f["source"].startswith("live switch generation 1")) for f in fence] \
             == [(True, True)] * 2, fence
-        toggled = dp.wait_events("feature.toggled", 2)
+        toggled = dp.wait_events("feature.toggled", 2, role="scheduler")
         assert sorted((e["dp_rank"], e["tp_rank"], e["generation"], e["new"]) for e in toggled) == \
             [(dp_rank, tp_rank, 1, True) for dp_rank, tp_rank in shape.schedulers]
 
@@ -140,7 +140,7 @@ class TestTwoNodes:
         assert {(r["generation"], r["step"]) for r in answer["ranks"]} == \
             {(answer["generation"], answer["step"])}
         # node 1's scheduler logged the switch itself
-        (toggled,) = node1.wait_events("feature.toggled", 1)
+        (toggled,) = node1.wait_events("feature.toggled", 1, role="scheduler")
         assert (toggled["tp_rank"], toggled["generation"], toggled["new"]) == \
             (1, answer["generation"], True)
         code, status = kit.cli_json("status", "--url", node0.url)

@@ -15,7 +15,7 @@ import types
 import uuid
 from pathlib import Path
 
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 
 from ..conftest import REPO
 

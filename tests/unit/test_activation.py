@@ -1,7 +1,8 @@
-"""``activate()`` (``activation.py``): the error policy of every entry (the plugin, the bootstrap,
-a direct call: a ``flags.error`` event, exit status 3 in strict mode, a fallback said otherwise),
-once per process (threads, fork, retry, a fork or an interrupt during activation), roles and ranks
-read before the first event, the audit, and a child from the snapshot importing only what it uses.
+"""``activate()`` (``activation.py``) and the error policy (``error_policy.py``) of every entry (the
+plugin, the bootstrap, a direct call: a ``flags.error`` event, exit status 3 in strict mode, a
+fallback said otherwise), once per process (threads, fork, retry, a fork or an interrupt during
+activation), the plugin policy any engine adapter gets from the core, roles and ranks read before
+the first event, the audit, and a child from the snapshot importing only what it uses.
 
 Tests that need a whole process (activate, fork, threads, the plugin and bootstrap entries) run
 it as a fresh interpreter, so the test process's own environment and runtime stay untouched."""
@@ -11,8 +12,10 @@ import json
 import os
 import sys
 
+import pytest
+
 from dsv41_flags.launcher import BOOTSTRAP_DIR
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 
 from ..conftest import REPO_SETTINGS
 from ._child import FEATURE, REPO, clean_env, event_names, events, run_cmd, run_code, run_py
@@ -52,7 +55,7 @@ def test_malformed_snapshot_under_the_bootstrap_never_runs_unpatched(project):
 
 #: the plugin entry in a process whose resolution raises a ZeroDivisionError (an internal error)
 BROKEN_RESOLUTION = """
-import dsv41_flags.runtime as r
+import dsv41_flags.assembly as r
 def broken(*a, **k):
     raise ZeroDivisionError("internal")
 r.resolve_launch = broken
@@ -206,24 +209,59 @@ def test_plugin_reads_ranks_before_the_first_event(project):
     assert all(e["role"] == "scheduler" and e["tp_rank"] == 1 and e["pp_rank"] == 0 for e in ev)
 
 
-def test_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
-    import dsv41_flags.activation as _activation
-    import dsv41_flags.engines.sglang.processes as _sglang
+#: a second engine, as the core sees it: hook points that record their calls (``FAIL``: the
+#: serving hook raises), activated through the core's plugin policy (``activation.activate_plugin``)
+TOY_ENGINE = """
+import json, {target}
+from dsv41_flags.activation import activate_plugin
+from dsv41_flags.engine import EngineAdapter
+calls = []
+def hook(name, exc=None):
+    def call(arg):
+        calls.append(name)
+        if exc is not None:
+            raise exc
+        return True
+    return call
+engine = EngineAdapter(name="toyengine", default_range="", no_world_roles=frozenset({{"frontend"}}),
+                       process_context=lambda: {{"role": ROLE, "tp_rank": 1}},
+                       on_world_ready=hook("world"), arm_live=hook("live"),
+                       on_serving=hook("serving", RuntimeError("no event loop") if FAIL else None))
+activate_plugin(engine)
+activate_plugin(engine)  # an engine's plugin loader may run twice in one process
+print(json.dumps(calls))
+print({target}.Worker().forward())
+"""
 
-    assert _activation.is_multiprocessing_helper(
-        ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(3)"])
-    assert _activation.is_spawn_child(
-        ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, "
-         "pipe_handle=6)", "--multiprocessing-fork"])
-    assert not _activation.is_spawn_child(["python", "-m", "sglang.launch_server"])
 
-    def run_scheduler_process():
-        pass
+#: each activation: the live transport (the shipped ``folded_fence`` is live), the serving hook,
+#: then the rank guard (once: it is registered); the hooks' own idempotence is the adapter's
+TWICE = ["live", "serving", "world", "live", "serving"]
 
-    run_scheduler_process.__module__ = "sglang.srt.managers.scheduler"
-    assert _sglang.plugin_will_activate(run_scheduler_process) == _sglang.plugin_installed()
-    assert not _sglang.plugin_will_activate(run_scheduler_process, {"SGLANG_PLUGINS": "other"})
-    assert not _sglang.plugin_will_activate(print)
+
+@pytest.mark.parametrize("role, fail, strict, expected", [
+    ("worker", False, True, TWICE),
+    ("frontend", False, True, ["live", "serving", "live", "serving"]),  # no world: no guard
+    ("worker", True, True, None),                                       # a hook raises: exit 3
+    ("worker", True, False, TWICE),                                     # non-strict: runs on
+])
+def test_a_second_engine_gets_the_whole_plugin_policy_from_the_core(project, role, fail, strict, expected):
+    code = TOY_ENGINE.format(target=project.target).replace("ROLE", repr(role)).replace("FAIL", str(fail))
+    proc = run_py(project, code, **({} if strict else {"DSV41_STRICT": "0"}))
+    ev = events(proc.stderr)
+    resolved = [e for e in ev if e["event"] == "flags.resolved"]
+    assert len(resolved) == 1 and resolved[0]["role"] == role and resolved[0]["tp_rank"] == 1
+    errors = [e for e in ev if e["event"] == "flags.error"]
+    if expected is None:
+        assert proc.returncode == 3 and proc.stdout == "" and len(errors) == 1
+    else:
+        assert proc.returncode == 0, proc.stderr
+        calls, forward = proc.stdout.splitlines()
+        assert json.loads(calls) == expected and forward == "patched n=5"
+        assert len(errors) == (2 if fail else 0)
+    for err in errors:
+        assert err["entry"] == "toyengine-plugin" and "RuntimeError: no event loop" in err["cause"]
+        assert err["role"] == role and err["strict"] is strict
 
 
 def test_non_strict_falls_back_on_an_unexpected_snapshot_failure(project):

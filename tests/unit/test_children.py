@@ -1,6 +1,7 @@
 """Children and forks never run silently unpatched: a fork after a pending install, logging before
-any feature code in a child of a launch, a child that did not receive the launch's snapshot, and
-no framework import once a process runs (a fork then cannot inherit a held import lock)."""
+any feature code in a child of a launch, a child that did not receive the launch's snapshot, no
+framework import once a process runs (a fork then cannot inherit a held import lock), and which
+processes the ``dsv41-flags run`` bootstrap activates (``children``)."""
 import json
 import os
 import re
@@ -208,3 +209,23 @@ def test_after_activation_no_framework_module_is_imported_and_a_fork_does_not_ha
     proc = run_code(NO_LATE_IMPORT, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0 []", (proc.stdout, proc.stderr)
+
+
+def test_bootstrap_leaves_helpers_alone_and_defers_sglang_spawn_children():
+    import dsv41_flags.children as _children
+    import dsv41_flags.engines.sglang.processes as _sglang
+
+    assert _children.is_multiprocessing_helper(
+        ["python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(3)"])
+    assert _children.is_spawn_child(
+        ["python", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=4, "
+         "pipe_handle=6)", "--multiprocessing-fork"])
+    assert not _children.is_spawn_child(["python", "-m", "sglang.launch_server"])
+
+    def run_scheduler_process():
+        pass
+
+    run_scheduler_process.__module__ = "sglang.srt.managers.scheduler"
+    assert _sglang.plugin_will_activate(run_scheduler_process) == _sglang.plugin_installed()
+    assert not _sglang.plugin_will_activate(run_scheduler_process, {"SGLANG_PLUGINS": "other"})
+    assert not _sglang.plugin_will_activate(print)

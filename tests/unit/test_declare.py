@@ -8,7 +8,7 @@ from dsv41_flags import DeclarationError, Feature
 
 def test_engine_default_and_no_engine():
     from dsv41_flags.discovery import with_engine_default
-    from dsv41_flags.engines import adapter
+    from dsv41_flags.engine import adapter
 
     adapter.cache_clear()
     f = Feature(name="x", target="m", install=lambda m, c: None, summary="s")

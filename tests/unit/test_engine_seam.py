@@ -1,4 +1,4 @@
-"""The engine seam holds: the core names the engine only through ``engines.EngineAdapter`` (no
+"""The engine seam holds: the core names the engine only through ``engine.EngineAdapter`` (no
 string constant, import or comment outside ``engines/sglang/`` names sglang), and the shipped
 features import nothing from a private ``dsv41_flags._*`` module."""
 import ast
@@ -37,7 +37,7 @@ def _code_strings_imports_comments(path: Path):
 def test_only_the_engine_adapter_names_the_engine():
     """``grep -rn sglang src/dsv41_flags`` outside ``engines/sglang/`` finds docstrings at most: no
     string constant, import or comment names the engine (the core reaches it only through the
-    seam, ``engines.EngineAdapter``). The shipped features (``_data``) are not the core."""
+    seam, ``engine.EngineAdapter``). The shipped features (``_data``) are not the core."""
     src = REPO / "src" / "dsv41_flags"
     found = [f"{path.relative_to(src)}:{line}: {text[:80]!r}"
              for path in sorted(src.rglob("*.py"))

@@ -5,7 +5,7 @@ import pytest
 
 from dsv41_flags import DeclarationError
 from dsv41_flags.discovery import discover
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from dsv41_flags import DeclarationError
 from dsv41_flags.discovery import SHIPPED_FEATURES, discover
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 
 LOCAL_FEATURE = """from dsv41_flags import Feature
 

@@ -1,5 +1,4 @@
-"""Launch fingerprint, sidecar and diffs: volatile names, engine facts, Dynaconf specials refused,
-the program's identity (argv normalised as CPython and sglang read it)."""
+"""Launch fingerprint, sidecar and diffs: volatile names, engine facts, the program's identity (argv normalised as CPython and sglang read it)."""
 import json
 import os
 import sys
@@ -276,71 +275,6 @@ def test_per_node_placement_leaves_one_fingerprint_per_launch(make_runtime, env0
     assert not set(env0) & set(n0.payload["env"])
 
 
-# ------------------------------------------------------------------ Dynaconf specials
-SPECIALS = [
-    ('[default]\ndynaconf_include = ["extra.toml"]\n', "dynaconf_include", "[default]"),
-    ('dynaconf_include = ["extra.toml"]\n[default]\n', "dynaconf_include", ""),
-    ('[default]\n[tp4]\ndynaconf_merge = true\n', "dynaconf_merge", "[tp4]"),
-    ('[default.fingerprint]\ndynaconf_merge_unique = true\n', "fingerprint.dynaconf_merge_unique",
-     "[default]"),
-    ('[default.fingerprint]\nvolatile = ["dynaconf_merge", "X"]\n', "fingerprint.volatile[0]",
-     "[default]"),
-    ('[default]\nfolded_fence = "@bool true"\n', "folded_fence", "[default]"),
-    ('[default]\nfeatures_dir = "@format {env[HOME]}/f"\n', "features_dir", "[default]"),
-    ('[tp3]\nexternal = ["@jinja {{ this.X }}"]\n', "external[0]", "[tp3]"),
-    ('[default]\nexternal = "@merge A,B"\n', "external", "[default]"),
-    ('[default]\nautotune_keep_keep_old = "@del"\n', "autotune_keep_keep_old", "[default]"),
-    ('[default.fingerprint]\nvolatile = ["@insert 0 SGLANG_X"]\n', "fingerprint.volatile[0]",
-     "[default]"),
-    ('[default]\nsettings_files_for_dynaconf = ["x.toml"]\n', "settings_files_for_dynaconf",
-     "[default]"),
-    ('[default]\n"fingerprint.prefixes" = ["X_"]\n', "fingerprint.prefixes", "[default]"),
-    ('[default]\nfingerprint__prefixes = ["X_"]\n', "fingerprint__prefixes", "[default]"),
-    ('[tp4]\na = { b = { c = "@format x" } }\n', "a.b.c", "[tp4]"),
-]
-
-
-@pytest.mark.parametrize("text,key,section", SPECIALS)
-def test_dynaconf_specials_refused_everywhere(make_runtime, tmp_path, text, key, section):
-    """Every Dynaconf special (control keys, list markers, @ tokens, split keys), in
-    every section and at every depth, is refused with the file [section], key, value and what
-    is accepted: no file changes the fingerprint without being listed as loaded."""
-    (tmp_path / "extra.toml").write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
-    with pytest.raises(SettingsError) as exc:
-        make_runtime(text)
-    msg = str(exc.value)
-    path = tmp_path / "settings.toml"
-    assert f"{path} {section}".strip() + ": " + key in msg, msg
-    assert "refused" in msg and "accepted:" in msg and "DSV41_SETTINGS" in msg
-
-
-def test_included_file_is_never_applied():
-    """The included file's prefixes cannot reach the fingerprint because
-    the including file is refused before Dynaconf loads it."""
-    import tempfile
-    from pathlib import Path
-
-    from dsv41_flags.settings import find_settings_files
-    with tempfile.TemporaryDirectory() as d:
-        main = Path(d) / "settings.toml"
-        main.write_text('[default]\nfolded_fence = false\ndynaconf_include = ["extra.toml"]\n')
-        (Path(d) / "extra.toml").write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
-        with pytest.raises(SettingsError, match="dynaconf_include"):
-            find_settings_files([main])
-
-
-@pytest.mark.parametrize("strict", ["true", "false"])
-@pytest.mark.parametrize("var", ["DSV41_DYNACONF_INCLUDE", "DSV41_INCLUDES_FOR_DYNACONF",
-                                 "DSV41_DYNACONF_MERGE"])
-def test_dynaconf_specials_through_variables_refused(make_runtime, tmp_path, var, strict):
-    """Through the environment: DSV41_DYNACONF_INCLUDE would make Dynaconf load a file
-    that is not listed; an error even when strict mode is off."""
-    extra = tmp_path / "extra.toml"
-    extra.write_text('[default.fingerprint]\nprefixes = ["EXTRA_"]\n')
-    with pytest.raises(SettingsError, match=f"{var}=.*refused"):
-        make_runtime(f"[default]\nstrict = {strict}\n", env={var: str(extra)})
-
-
 # ------------------------------------------------------------------ volatile names
 def _feature_file(tmp_path, name, body):
     feats = tmp_path / "feats"
@@ -497,12 +431,3 @@ def test_script_name_is_the_same_typed_or_in_process(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert normalize_argv(["python", "serve.py", "--tp", "2"]) == \
         normalize_argv([str(tmp_path / "serve.py"), "--tp", "2"]) == ["serve", "--tp", "2"]
-
-
-def test_fingerprint_table_through_a_variable_is_refused_not_ignored(make_runtime):
-    """With Dynaconf blind to variables, ``DSV41_FINGERPRINT`` would be silently unread: it is an
-    error naming the variable and where to set the table instead."""
-    from dsv41_flags import SettingsError
-
-    with pytest.raises(SettingsError, match=r"DSV41_FINGERPRINT.*\[default.fingerprint\]"):
-        make_runtime("[default]\n", env={"DSV41_FINGERPRINT": '{volatile = ["X"]}'})

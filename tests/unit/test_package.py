@@ -16,7 +16,7 @@ import dsv41_flags
 from dsv41_flags import SettingsError
 from dsv41_flags.cli import app
 from dsv41_flags.launcher import BOOTSTRAP_DIR, python_path
-from dsv41_flags.runtime import resolve_launch
+from dsv41_flags.assembly import resolve_launch
 from dsv41_flags.settings import find_settings_files
 from dsv41_flags.testing import FlagsKit
 

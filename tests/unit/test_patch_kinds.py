@@ -477,8 +477,10 @@ def test_a_call_that_starts_after_a_switch_sees_the_new_state_in_every_patch(pai
 
 # -- inherited descriptors: the subclass's attribute keeps the kind of the base's ---------------
 
-def _base_and_sub():
-    class Base:
+def _hierarchy():
+    """A base, a subclass defining nothing, a grandchild defining its own ``m`` (over super)."""
+
+    class A:
         @classmethod
         def c(cls, x):
             return [cls.__name__, x]
@@ -489,25 +491,30 @@ def _base_and_sub():
 
         @property
         def p(self):
-            return "p"
+            return ["p"]
 
         def m(self, x):
             return [type(self).__name__, x]
 
-    class Sub(Base):
+    class B(A):
         pass
 
-    return Base, Sub
+    class C(B):
+        def m(self, x):
+            return ["C own"] + super().m(x)
+
+    return {"A": A, "B": B, "C": C}
 
 
 @pytest.mark.parametrize("attr,call,before,after", [
-    ("c", lambda k: k.c("x"), ["Sub", "x"], ["new", "Sub", "x"]),
+    ("c", lambda k: k.c("x"), ["B", "x"], ["new", "B", "x"]),
     ("s", lambda k: k.s("x"), ["s", "x"], ["new", "s", "x"]),
-    ("m", lambda k: k().m("x"), ["Sub", "x"], ["new", "Sub", "x"]),
+    ("m", lambda k: k().m("x"), ["B", "x"], ["new", "B", "x"]),
 ], ids=["classmethod", "staticmethod", "method"])
 def test_patching_an_inherited_attribute_on_a_subclass_keeps_its_kind_and_uninstall_leaves_nothing(attr, call, before, after):
     from dsv41_flags.patch import Ledger
-    Base, Sub = _base_and_sub()
+    classes = _hierarchy()
+    Base, Sub = classes["A"], classes["B"]
     ledger = Ledger()
 
     def make(original):
@@ -528,12 +535,13 @@ def test_patching_an_inherited_attribute_on_a_subclass_keeps_its_kind_and_uninst
 
 def test_patching_an_inherited_property_on_a_subclass_keeps_a_property():
     from dsv41_flags.patch import Ledger
-    Base, Sub = _base_and_sub()
+    classes = _hierarchy()
+    Base, Sub = classes["A"], classes["B"]
     ledger = Ledger()
-    ledger.patch("inherit", Sub, "p", lambda original: property(lambda self: "new " + original.fget(self)))
-    assert isinstance(vars(Sub)["p"], property) and Sub().p == "new p" and Base().p == "p"
+    ledger.patch("inherit", Sub, "p", lambda original: property(lambda self: ["new"] + original.fget(self)))
+    assert isinstance(vars(Sub)["p"], property) and Sub().p == ["new", "p"] and Base().p == ["p"]
     ledger.uninstall("inherit")
-    assert "p" not in vars(Sub) and Sub().p == "p"
+    assert "p" not in vars(Sub) and Sub().p == ["p"]
 
 
 @pytest.mark.parametrize("guard,live", [(True, False), (False, True), (True, True)],
@@ -541,7 +549,8 @@ def test_patching_an_inherited_property_on_a_subclass_keeps_a_property():
 def test_a_feature_patching_an_inherited_classmethod_keeps_it_a_classmethod(guard, live):
     from dsv41_flags.live import Gate
     from dsv41_flags.patch import InstallContext, Ledger
-    Base, Sub = _base_and_sub()
+    classes = _hierarchy()
+    Base, Sub = classes["A"], classes["B"]
 
     class Declared:
         name = "inherit"
@@ -549,9 +558,9 @@ def test_a_feature_patching_an_inherited_classmethod_keeps_it_a_classmethod(guar
     ctx = InstallContext(Declared(), {}, None, _Log(), Ledger(), gate=Gate("inherit", True) if live else None)
     ctx.patch(Sub, "c", lambda original: (lambda cls, x: ["new"] + original(cls, x)), guard=guard)
     assert isinstance(vars(Sub)["c"], classmethod)
-    assert Sub.c("x") == ["new", "Sub", "x"] and Base.c("x") == ["Base", "x"]
+    assert Sub.c("x") == ["new", "B", "x"] and Base.c("x") == ["A", "x"]
     ctx.ledger.uninstall("inherit")
-    assert "c" not in vars(Sub) and Sub.c("x") == ["Sub", "x"]
+    assert "c" not in vars(Sub) and Sub.c("x") == ["B", "x"]
 
 
 # -- callable objects: the wrapper keeps what inspect says and guards what the call returns -----
@@ -656,35 +665,6 @@ def test_a_replacement_whose_calls_return_a_coroutine_cannot_stand_for_a_plain_f
 
 # -- a class hierarchy: whether an owner had its own attribute is read from its own __dict__ ------
 
-def _hierarchy():
-    """A base, a subclass defining nothing, a grandchild defining its own ``m`` (over super)."""
-
-    class A:
-        @classmethod
-        def c(cls, x):
-            return [cls.__name__, x]
-
-        @staticmethod
-        def s(x):
-            return ["s", x]
-
-        @property
-        def p(self):
-            return ["p"]
-
-        def m(self, x):
-            return [type(self).__name__, x]
-
-    class B(A):
-        pass
-
-    class C(B):
-        def m(self, x):
-            return ["C own"] + super().m(x)
-
-    return {"A": A, "B": B, "C": C}
-
-
 def _tagging(feature, attr):
     """``make`` of ``feature`` for ``attr``: the same kind, its result tagged with the feature."""
     if attr == "p":
@@ -708,8 +688,9 @@ ORDERS = {
     "same-attribute-patched-twice": ([("f", "A"), ("f", "B"), ("f", "A"), ("f", "B")], ["f"], set()),
     "two-features": ([("f", "A"), ("g", "B"), ("g", "A")], ["g", "f"], set()),
     "uninstall-the-subclass-feature-only": ([("f", "A"), ("g", "B")], ["g"], set()),
-    # g's patch on B wraps f's patch on A: f stays in place (never uninstalled yet still running)
-    "uninstall-the-base-feature-only": ([("f", "A"), ("g", "B")], ["f"], {"f"}),
+    # g's patch on B calls through to what A holds at call time: f's uninstall restores A and g
+    # follows it (nothing is kept in place)
+    "uninstall-the-base-feature-only": ([("f", "A"), ("g", "B")], ["f"], set()),
     "uninstall-the-base-feature-only-subclass-first": ([("g", "B"), ("f", "A")], ["f"], set()),
 }
 
@@ -972,3 +953,255 @@ def test_a_guarded_patch_returning_a_method_for_a_property_fails_the_install(tmp
     assert st.state == "failed"
     assert "feature 'kinds': A.prop is a property but the replacement is a function" in st.detail
     assert isinstance(vars(module.A)["prop"], property) and module.A().prop == 42
+
+
+# -- patches on a base and its subclass compose in either order -----------------------------------
+
+@pytest.mark.parametrize("removed_first", ["base-feature", "subclass-feature"])
+@pytest.mark.parametrize("first", ["base-first", "subclass-first"])
+@pytest.mark.parametrize("attr", ["m", "c", "s", "p"], ids=["method", "classmethod", "staticmethod", "property"])
+def test_patches_on_a_base_and_its_subclass_compose_in_either_order_and_uninstall_to_the_originals(attr, first, removed_first):
+    from dsv41_flags.patch import Ledger
+    classes = _hierarchy()
+    A, B, C = classes["A"], classes["B"], classes["C"]
+    before = {name: dict(vars(k)) for name, k in classes.items()}
+    stock = {name: _READ[attr](k) for name, k in classes.items()}
+    ledger = Ledger()
+    steps = [("base", A), ("sub", B)] if first == "base-first" else [("sub", B), ("base", A)]
+    for feature, klass in steps:
+        ledger.patch(feature, klass, attr, _tagging(feature, attr))
+    assert _READ[attr](B)[:2] == ["sub", "base"]          # the subclass's patch, then the base's
+    assert _READ[attr](A)[0] == "base" and "sub" not in _READ[attr](A)
+    assert _READ[attr](C)[:3 if attr == "m" else 2] == (["C own"] if attr == "m" else []) + ["sub", "base"]
+    gone, stays = ("base", "sub") if removed_first == "base-feature" else ("sub", "base")
+    assert ledger.uninstall(gone) == []                     # nothing captured the other: no block
+    assert gone not in _READ[attr](B) and stays in _READ[attr](B)
+    assert ledger.uninstall(stays) == []
+    assert all(_same_dict(k, before[name]) for name, k in classes.items())
+    assert {name: _READ[attr](k) for name, k in classes.items()} == stock
+
+
+@pytest.mark.parametrize("guard,live", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["plain", "guarded", "live", "guarded-live"])
+@pytest.mark.parametrize("attr", ["m", "c", "s"], ids=["method", "classmethod", "staticmethod"])
+def test_a_base_patched_by_one_feature_after_another_patched_its_subclass_reaches_the_subclass(attr, guard, live):
+    from dsv41_flags.live import Gate
+    from dsv41_flags.patch import InstallContext, Ledger
+    classes = _hierarchy()
+    A, B = classes["A"], classes["B"]
+    ledger = Ledger()
+
+    def context(name):
+        class Declared:
+            pass
+        Declared.name = name
+        return InstallContext(Declared(), {}, None, _Log(), ledger, gate=Gate(name, True) if live else None)
+
+    context("sub").patch(B, attr, _tagging("sub", attr), guard=guard)
+    context("base").patch(A, attr, _tagging("base", attr), guard=guard)
+    assert _READ[attr](B)[:2] == ["sub", "base"] and type(vars(B)[attr]) is type(vars(A)[attr])
+    ledger.uninstall("base")
+    assert _READ[attr](B)[:2] == ["sub", "B" if attr in ("m", "c") else "s"]
+    ledger.uninstall("sub")
+    assert attr not in vars(B) and _READ[attr](B)[0] in ("B", "s")
+
+
+def test_an_inherited_coroutine_and_generator_are_called_through_keeping_their_kind():
+    from dsv41_flags.patch import Ledger
+
+    class Base:
+        async def am(self, x):
+            return ["base", x]
+
+        def gm(self, x):
+            yield "base"
+            yield x
+
+    class Sub(Base):
+        pass
+
+    ledger = Ledger()
+    handed = {}
+
+    def make(name, tag):
+        def wrap(original):
+            handed[name] = original
+            if inspect.iscoroutinefunction(original):
+                async def am(self, x):
+                    return [tag] + await original(self, x)
+                return am
+
+            def gm(self, x):
+                yield tag
+                yield from original(self, x)
+            return gm
+        return wrap
+
+    for attr in ("am", "gm"):
+        ledger.patch("sub", Sub, attr, make(attr, "sub"))
+        ledger.patch("base", Base, attr, make(attr, "base-patch"))
+    assert inspect.iscoroutinefunction(handed["am"]) and inspect.isgeneratorfunction(handed["gm"])
+    assert asyncio.run(Sub().am(1)) == ["sub", "base-patch", "base", 1]
+    assert list(Sub().gm(1)) == ["sub", "base-patch", "base", 1]
+    ledger.uninstall("base")
+    assert asyncio.run(Sub().am(1)) == ["sub", "base", 1] and list(Sub().gm(1)) == ["sub", "base", 1]
+    ledger.uninstall("sub")
+    assert vars(Sub).keys() == {"__module__", "__doc__"}
+
+
+def test_an_inherited_property_setter_and_deleter_run_the_base_property_of_call_time():
+    from dsv41_flags.patch import Ledger
+    log = []
+
+    class Base:
+        @property
+        def p(self):
+            return ["base"]
+
+        @p.setter
+        def p(self, value):
+            log.append(("base set", value))
+
+        @p.deleter
+        def p(self):
+            log.append("base del")
+
+    class Sub(Base):
+        pass
+
+    ledger = Ledger()
+    ledger.patch("sub", Sub, "p", lambda original: property(
+        lambda self: ["sub"] + original.fget(self), original.fset, original.fdel))
+    ledger.patch("base", Base, "p", lambda original: property(
+        lambda self: ["base-patch"] + original.fget(self),
+        lambda self, value: (log.append("base-patch set"), original.fset(self, value)), original.fdel))
+    obj = Sub()
+    assert obj.p == ["sub", "base-patch", "base"]
+    obj.p = 5
+    del obj.p
+    assert log == ["base-patch set", ("base set", 5), "base del"]
+    ledger.uninstall("sub")
+    ledger.uninstall("base")
+    assert "p" not in vars(Sub) and Sub().p == ["base"]
+
+
+def _echo(*args):
+    return list(args)
+
+
+def _tagged(tag, original, *args):
+    return [tag] + original(*args)
+
+
+def test_a_base_patch_that_a_captured_subclass_patch_would_never_reach_is_refused_as_a_conflict():
+    """A callable object (here a functools.partial) cannot be called through at call time: the
+    subclass's patch captured it, so a later base patch is refused; patched the other way round
+    (base first) it composes by capture and the base's uninstall waits for the subclass's."""
+    from dsv41_flags.errors import PatchConflict
+    from dsv41_flags.patch import Ledger
+
+    def fresh():
+        class Base:
+            f = functools.partial(_echo, "base")
+
+        class Sub(Base):
+            pass
+        return Base, Sub
+
+    def make(tag):  # a partial for a partial: stored as is in the class, never bound
+        return lambda original: functools.partial(_tagged, tag, original)
+
+    Base, Sub = fresh()
+    stock = vars(Base)["f"]
+    ledger = Ledger()
+    ledger.patch("sub", Sub, "f", make("sub"))
+    with pytest.raises(PatchConflict, match=r"'base'.*Base\.f.*'sub'.*Sub\.f"):
+        ledger.patch("base", Base, "f", make("base"))
+    assert vars(Base)["f"] is stock and [r.feature for r in ledger.records()] == ["sub"]
+    ledger.uninstall("sub")
+    assert "f" not in vars(Sub)
+
+    Base, Sub = fresh()
+    stock = vars(Base)["f"]
+    ledger.patch("base", Base, "f", make("base"))
+    ledger.patch("sub", Sub, "f", make("sub"))
+    assert Sub.f("x") == ["sub", "base", "base", "x"]
+    assert [r.feature for r in ledger.uninstall("base")] == ["base"]      # sub captured it
+    ledger.uninstall("sub")
+    assert ledger.uninstall("base") == [] and vars(Base)["f"] is stock and "f" not in vars(Sub)
+
+
+def test_overlapping_lists_the_patches_on_one_attribute_of_a_class_hierarchy_in_application_order():
+    from dsv41_flags.patch import Ledger
+    classes = _hierarchy()
+    ledger = Ledger()
+    sub = ledger.patch("sub", classes["B"], "m", _tagging("sub", "m"))
+    base = ledger.patch("base", classes["A"], "m", _tagging("base", "m"))
+    other = ledger.patch("other", classes["A"], "c", _tagging("other", "c"))
+    assert ledger.overlapping(base) == ledger.overlapping(sub) == [sub, base]
+    assert ledger.overlapping(other) == [other]
+    ledger.uninstall("sub"), ledger.uninstall("base"), ledger.uninstall("other")
+
+
+# -- every restore is independent of the others ---------------------------------------------------
+
+class _Locked(type):
+    """A metaclass that refuses every attribute change once ``locked`` is set on the class."""
+
+    def __setattr__(cls, name, value):
+        if vars(cls).get("locked"):
+            raise RuntimeError(f"{cls.__name__} is locked")
+        super().__setattr__(name, value)
+
+    def __delattr__(cls, name):
+        if vars(cls).get("locked"):
+            raise RuntimeError(f"{cls.__name__} is locked")
+        super().__delattr__(name)
+
+
+def test_a_restore_an_owner_refuses_is_kept_with_its_reason_and_every_other_restore_is_done():
+    from dsv41_flags.patch import Ledger
+
+    class Free:
+        def m(self):
+            return "free"
+
+    class Base(metaclass=_Locked):
+        def m(self):
+            return "base"
+
+    class Sub(Base):
+        pass
+
+    ledger = Ledger()
+    for owner in (Free, Base, Sub):
+        ledger.patch("f", owner, "m", _tagging("f", "m"))
+    for owner in (Base, Sub):                 # each class locked by its own flag
+        type.__setattr__(owner, "locked", True)
+    kept = ledger.uninstall("f")
+    assert sorted(r.attr + " of " + r.owner.__name__ for r in kept) == ["m of Base", "m of Sub"]
+    assert all(r.failure.startswith("RuntimeError: ") and "locked" in r.failure for r in kept)
+    assert Free().m() == "free"                                    # restored all the same
+    for owner in (Base, Sub):
+        type.__setattr__(owner, "locked", False)
+    assert ledger.uninstall("f") == [] and ledger.records() == []
+    assert Base().m() == "base" and "m" not in vars(Sub)
+
+
+@pytest.mark.parametrize("first", ["class-first", "instance-first"])
+@pytest.mark.parametrize("attr", ["m", "c", "s"], ids=["method", "classmethod", "staticmethod"])
+def test_patches_on_an_object_and_its_class_compose_in_either_order(attr, first):
+    from dsv41_flags.patch import Ledger
+    A = _hierarchy()["A"]
+    a = A()
+    read = {"m": lambda: a.m("x"), "c": lambda: a.c("x"), "s": lambda: a.s("x")}[attr]
+    stock = read()
+    ledger = Ledger()
+    steps = [("cls", A), ("obj", a)] if first == "class-first" else [("obj", a), ("cls", A)]
+    for feature, owner in steps:
+        ledger.patch(feature, owner, attr, _tagging(feature, attr))
+    assert read()[:2] == ["obj", "cls"]
+    ledger.uninstall("cls")
+    assert read() == ["obj"] + stock                     # the object follows its class back
+    ledger.uninstall("obj")
+    assert vars(a) == {} and read() == stock

@@ -11,7 +11,7 @@ from ._child import REPO, clean_env, run_cmd
 
 def test_the_engine_plugin_entry_imports_nothing_of_the_package_at_module_level():
     """sglang's loader imports the entry's module before calling it and swallows what that import
-    raises: the entry is ``_plugin.load``, whose module imports nothing, so a broken room is
+    raises: the entry is ``_plugin.load``, whose module imports nothing, so a broken adapter is
     reported and stops the process instead of booting unpatched."""
     import ast
     import importlib.metadata
@@ -23,7 +23,7 @@ def test_the_engine_plugin_entry_imports_nothing_of_the_package_at_module_level(
         {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert imported <= {"__future__", "os", "sys"}  # the standard library only
     code = ("import sys, importlib.metadata as m\n"
-            "sys.modules['dsv41_flags.engines'] = None\n"
+            "sys.modules['dsv41_flags.engine'] = None\n"
             "ep = [e for e in m.entry_points(group='sglang.srt.plugins') if e.name == 'dsv41_flags'][0]\n"
             "ep.load()()\nprint('BOOTED')\n")
     for strict, code_expected in ((None, 3), ("0", 0)):

@@ -309,3 +309,88 @@ def test_an_unvalidated_declaration_that_the_drift_check_cannot_read_is_a_report
     strict.value = lambda feature: True  # the flag is on: strict applies
     with pytest.raises(DriftError, match="drift check on demo_target raised"):
         strict.install(bad["requires"], module)
+
+
+# -- the patch check runs by itself where a state is read or acted on ----------------------------
+
+LIVE_WRAP = """
+def install(module, ctx):
+    def make(orig):
+        def step(self, *a, **kw):
+            return ["wrapped"] + orig(self, *a, **kw)
+        return step
+    ctx.patch(module.Engine, "step", make)
+    ctx.patch(module, "helper", lambda orig: (lambda x: orig(x) * 10))
+"""
+
+
+def _installed(demo, make_runtime, body=WRAP, **decl):
+    demo.feature("wrap_step", body, **decl)
+    rt = make_runtime(settings_for("wrap_step"), features_dir=demo.dir)
+    rt.arm()
+    mod = __import__(demo.name)
+    assert {s.name: s.state for s in rt.states()}["wrap_step"] == "installed"
+    return rt, mod
+
+
+@pytest.mark.parametrize("body", [WRAP, LIVE_WRAP], ids=["a class's method", "and a module function"])
+def test_a_reload_of_the_target_moves_the_feature_to_lost_at_the_reload(demo, make_runtime, body):
+    """wrapt's post-import hooks fire once, never on importlib.reload: the reload watch
+    (hooks.watch_reload) checks the patches as the module's body has just run again."""
+    import importlib
+    rt, mod = _installed(demo, make_runtime, body)
+    seen = []
+    rt.state_listeners.append(lambda st: seen.append((st.name, st.state)))
+    with capture_logs() as logs:
+        importlib.reload(mod)
+    lost, = [e for e in logs if e["event"] == "feature.lost"]
+    assert lost["feature"] == "wrap_step" and "Engine.step" in lost["attributes"]
+    assert seen == [("wrap_step", "lost")]                       # through the one state change
+    assert mod.Engine().step() == ["step", False, 1]              # the engine runs unpatched...
+    st = next(s for s in rt.states() if s.name == "wrap_step")    # ...and says so
+    assert st.state == "lost" and "Engine.step" in st.detail
+
+
+def test_an_overwritten_patch_reads_lost_in_states_and_the_status_answer_without_an_audit(demo, make_runtime):
+    from dsv41_flags.status import process_status
+    rt, mod = _installed(demo, make_runtime)
+    mod.Engine.step = lambda self, **kw: "someone else"
+    with capture_logs() as logs:
+        answer = process_status(rt)
+    row, = [f for f in answer["features"] if f["name"] == "wrap_step"]
+    assert row["state"] == "lost" and "Engine.step" in row["detail"]
+    assert [e["event"] for e in logs].count("feature.lost") == 1
+    with capture_logs() as logs:                                  # reported once, not per read
+        assert next(s for s in rt.states() if s.name == "wrap_step").state == "lost"
+    assert not [e for e in logs if e["event"] == "feature.lost"]
+
+
+def test_a_live_switch_of_a_lost_patch_is_refused(demo, make_runtime):
+    from dsv41_flags.live import SwitchError
+    rt, mod = _installed(demo, make_runtime, live=True)
+    mod.Engine.step = lambda self, **kw: "someone else"           # nothing read the state since
+    with pytest.raises(SwitchError, match="wrap_step.*lost"):
+        rt.switch("wrap_step", False, requested_by="t")
+    assert rt.live.generation == 0 and rt.live.gates["wrap_step"].on is True
+
+
+def test_after_uninstall_a_reload_reports_nothing_and_a_plain_import_is_untouched(demo, make_runtime):
+    import importlib
+    rt, mod = _installed(demo, make_runtime)
+    rt.uninstall("wrap_step")
+    with capture_logs() as logs:
+        importlib.reload(mod)
+    assert not [e for e in logs if e["event"] == "feature.lost"]
+    assert {s.name: s.state for s in rt.states()}["wrap_step"] == "uninstalled"
+    assert mod.Engine().step() == ["step", False, 1]
+    assert mod.__spec__.loader is mod.__loader__ and type(mod.__loader__).__name__ == "SourceFileLoader"
+
+
+def test_the_patch_check_reads_only_stored_values_never_the_engine_code(demo, make_runtime):
+    """A module ``__getattr__`` of the engine is never run by the check."""
+    rt, mod = _installed(demo, make_runtime)
+    calls = []
+    mod.__getattr__ = lambda name: calls.append(name)
+    rt.check_patches()
+    rt.states()
+    assert calls == [] and {s.name: s.state for s in rt.states()}["wrap_step"] == "installed"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv41_flags.engines import EngineFacts
+from dsv41_flags.engine import EngineFacts
 from dsv41_flags.fingerprint import compute
 from dsv41_flags.secrecy import CORE_SECRETS, MASK, is_secret, name_parts, secret_names
 
@@ -67,7 +67,7 @@ def test_name_parts_split_on_dashes_underscores_dots_and_spaces():
 
 
 def test_the_settings_add_secret_names(tmp_path):
-    from dsv41_flags.runtime import resolve_launch
+    from dsv41_flags.assembly import resolve_launch
 
     s = tmp_path / "s.toml"
     s.write_text('[default]\nsecret_names = ["license-blob"]\n')
@@ -82,7 +82,7 @@ def test_the_settings_add_secret_names(tmp_path):
 
 
 def test_a_secret_never_changes_the_fingerprint():
-    from dsv41_flags.runtime import resolve_launch
+    from dsv41_flags.assembly import resolve_launch
 
     features, resolution, _ = resolve_launch([str(REPO_SETTINGS)], None)
     base = ["python", "-m", "sglang.launch_server", "--tp", "2"]
@@ -224,7 +224,7 @@ def test_a_launch_command_is_shown_without_secret_values(argv, shown):
     ["python", "serve.py", "--admin-api", "S3CRETA", "--db-pass=S3CRETB"],
 ])
 def test_an_abbreviated_secret_option_never_enters_the_fingerprint(argv):
-    from dsv41_flags.runtime import resolve_launch
+    from dsv41_flags.assembly import resolve_launch
 
     features, resolution, _ = resolve_launch([str(REPO_SETTINGS)], None)
     fp = compute(resolution, features, argv, {}, sglang_facts())
@@ -232,7 +232,7 @@ def test_an_abbreviated_secret_option_never_enters_the_fingerprint(argv):
 
 
 def test_the_engines_own_options_are_no_abbreviations_of_a_secret():
-    from dsv41_flags.runtime import resolve_launch
+    from dsv41_flags.assembly import resolve_launch
 
     features, resolution, _ = resolve_launch([str(REPO_SETTINGS)], None)
     argv = SGLANG + ["--speculative-accept-threshold-acc", "0.5", "--enable-streaming-session",

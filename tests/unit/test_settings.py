@@ -2,13 +2,14 @@
 the ``settings_files`` argument refused with a SettingsError naming them, never a hang."""
 import json
 import os
+import sys
 import threading
 
 import pytest
 
 from dsv41_flags import SettingsError
-from dsv41_flags.runtime import build
-from dsv41_flags.settings import find_settings_files
+from dsv41_flags.assembly import build
+from dsv41_flags.settings_files import find_settings_files
 
 from ._bounded import no_block
 from ._child import CLI, REPO, clean_env, parent, run_cmd
@@ -153,11 +154,6 @@ def test_option_bounds_through_variable(make_runtime):
     assert rt.options(rt.features["autotune_keep"]) == {"keep_old": 7}
 
 
-def test_dynaconf_tokens_are_not_interpreted(make_runtime):
-    with pytest.raises(SettingsError, match="'@del'"):
-        make_runtime(BASE, env={"DSV41_FOLDED_FENCE": "@del"})
-
-
 # ------------------------------------------------------------------ property: never a stray exception
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
 
@@ -218,7 +214,7 @@ def test_shipped_settings_are_a_minimal_default():
     deployment's prefixes, volatile names or launch profiles (those are in the docs' example)."""
     import tomllib
 
-    from dsv41_flags.settings import PROJECT_SETTINGS
+    from dsv41_flags.settings_files import PROJECT_SETTINGS
 
     data = tomllib.loads(PROJECT_SETTINGS.read_text(encoding="utf-8"))
     assert list(data) == ["default"]
@@ -287,8 +283,6 @@ def test_a_settings_path_with_glob_characters_is_read_as_written(tmp_path, name)
     (lambda d: (d / "f.toml").write_text("[default]\nx = " + "9" * 5000 + "\n"), "is not valid TOML"),
 ])
 def test_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason):
-    from dsv41_flags.settings import find_settings_files
-
     make(tmp_path)
     with pytest.raises(SettingsError, match=reason) as exc:
         no_block(find_settings_files, None, {"DSV41_SETTINGS": str(tmp_path / "f.toml")})
@@ -296,8 +290,6 @@ def test_bad_settings_files_are_settings_errors_not_hangs(tmp_path, make, reason
 
 
 def test_fifo_local_companion_is_refused(tmp_path):
-    from dsv41_flags.settings import find_settings_files
-
     (tmp_path / "settings.toml").write_text("[default]\n")
     os.mkfifo(tmp_path / "settings.local.toml")
     with pytest.raises(SettingsError, match=r"settings.local.toml \(named by beside .*\) is a FIFO"):
@@ -317,7 +309,7 @@ def test_features_dir_symlink_loop_is_a_settings_error(project, tmp_path):
 
 
 def build_from_env(project, **env):
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
 
     return build([project.settings], None, environ=dict(env), argv=["prog"], use_snapshot=False,
                  configure_logging=False)
@@ -384,20 +376,6 @@ def test_hostile_settings_files_arguments_are_settings_errors():
             _build(value)
 
 
-def test_dynaconf_own_variables_are_ignored_and_reported(make_runtime, tmp_path):
-    other = tmp_path / "other.toml"
-    other.write_text("[default]\nfolded_fence = true\n")
-    rt = make_runtime("[default]\n", env={"DYNACONF_FOLDED_FENCE": "1", "DYNACONF_STRICT": "false",
-                                          "SETTINGS_FILE_FOR_DYNACONF": str(other),
-                                          "ENVIRONMENTS_FOR_DYNACONF": "false", "ENV_FOR_DYNACONF": "tp4"})
-    assert rt.resolution.values["FOLDED_FENCE"].value is False
-    assert rt.resolution.values["FOLDED_FENCE"].source == "declared default"
-    assert rt.resolution.strict is True
-    note = " ".join(rt.resolution.notes)
-    for name in ("DYNACONF_FOLDED_FENCE", "SETTINGS_FILE_FOR_DYNACONF", "ENV_FOR_DYNACONF"):
-        assert name in note
-
-
 @pytest.mark.parametrize("name,content,needle", [
     ("s.TOML", "[default]\n", "not a *.toml file"),
     ("s.ini", "[default]\n", "not a *.toml file"),
@@ -429,16 +407,14 @@ def test_nested_variables_are_refused(make_runtime):
 
 def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
     """Another thread writes and reads os.environ while settings load with an explicit
-    environment and with Dynaconf's own variables present: no variable is lost, os.environ is the
-    same object with the same content, and Dynaconf's variables change nothing."""
+    environment and with Dynaconf's own value and profile variables present: no variable is lost,
+    os.environ is the same object with the same content, and those variables change nothing."""
     settings = tmp_path / "settings.toml"
     settings.write_text("[default]\nfolded_fence = false\nautotune_keep = true\n[tp4]\nfolded_fence = true\n")
     other = tmp_path / "other.toml"
     other.write_text("[default]\nautotune_keep = false\nfolded_fence = true\n")
-    for name, value in {"DYNACONF_FOLDED_FENCE": "1", "SETTINGS_FILE_FOR_DYNACONF": str(other),
-                        "INCLUDES_FOR_DYNACONF": str(other), "ENVIRONMENTS_FOR_DYNACONF": "false",
-                        "ENV_FOR_DYNACONF": "tp4", "MERGE_ENABLED_FOR_DYNACONF": "false",
-                        "DSV41_AUTOTUNE_KEEP": "0"}.items():
+    for name, value in {"DYNACONF_FOLDED_FENCE": "1", "DYNACONF_AUTOTUNE_KEEP": "false",
+                        "ENV_FOR_DYNACONF": "tp4", "DSV41_AUTOTUNE_KEEP": "0"}.items():
         monkeypatch.setenv(name, value)
     environ_object, before = os.environ, dict(os.environ)
     stop, lost, written = threading.Event(), [], []
@@ -483,4 +459,37 @@ def test_settings_loading_never_touches_os_environ(tmp_path, monkeypatch):
     assert amb["FOLDED_FENCE"].value is False and amb["FOLDED_FENCE"].source == f"{settings} [default]"
     assert amb["AUTOTUNE_KEEP"].value is False and amb["AUTOTUNE_KEEP"].chain[-1] == (
         "env DSV41_AUTOTUNE_KEEP", "0")
-    assert any("SETTINGS_FILE_FOR_DYNACONF" in n for n in ambient.resolution.notes)
+    assert any("DYNACONF_FOLDED_FENCE" in n for n in ambient.resolution.notes)
+
+
+# ------------------------------------------------------------------ an empty settings selection
+@pytest.mark.parametrize("value", ["", " ", ":", "::", " : ", ",", ", :", "{s}:", ":{s}", "{s},,{s}"])
+def test_an_empty_settings_selection_is_an_error_naming_the_variable(tmp_path, value):
+    """``DSV41_SETTINGS=:`` is what ``"$A:$B"`` gives with both unset: an empty entry never
+    silently drops a file or falls back to another search."""
+    (tmp_path / "s.toml").write_text("[default]\n")
+    (tmp_path / "settings.toml").write_text("[default]\n")  # the default search would find it
+    value = value.format(s=tmp_path / "s.toml")
+    with pytest.raises(SettingsError) as exc:
+        find_settings_files(None, {"DSV41_SETTINGS": value}, cwd=tmp_path)
+    [problem] = exc.value.problems
+    assert problem.origin == "env DSV41_SETTINGS" and f"DSV41_SETTINGS={value!r}" in problem.message
+    assert "accepted:" in problem.message and "unset DSV41_SETTINGS for the default search" in problem.message
+
+
+def test_an_unset_settings_variable_keeps_the_default_search(tmp_path):
+    (tmp_path / "settings.toml").write_text("[default]\n")
+    assert find_settings_files(None, {}, cwd=tmp_path) == ([tmp_path / "settings.toml"], "current directory")
+
+
+def test_an_empty_settings_selection_fails_the_cli_and_activate(tmp_path):
+    env = clean_env(DSV41_SETTINGS=":", DSV41_LOG_FORMAT="json")
+    proc = run_cmd([CLI, "status"], env, tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "DSV41_SETTINGS=':' names no settings file" in proc.stderr
+    code = ("import dsv41_flags\n"
+            "try:\n    dsv41_flags.activate()\n"
+            "except dsv41_flags.SettingsError as exc:\n    print('caught', exc.problems[0].message)\n")
+    proc = run_cmd([sys.executable, "-c", code], env, tmp_path)
+    assert proc.returncode == 0
+    assert "caught environment variable DSV41_SETTINGS=':' names no settings file" in proc.stdout, proc

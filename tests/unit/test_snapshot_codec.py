@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from dsv41_flags import SnapshotError
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 from dsv41_flags.snapshot import (Launch, decode, encode, fingerprint_from_dict, fingerprint_to_dict,
                                   materialize, resolution_to_dict, spill_path)
 
@@ -333,7 +333,7 @@ def test_leftover_snapshot_is_reported(make_runtime):
 def test_a_launch_marker_that_names_another_launch_is_said(tmp_path, marker):
     """A ``DSV41_LAUNCH`` beside a snapshot of another launch (left over, or set by hand) is
     noted (``snapshot.mismatch``); the snapshot's launch is the one run."""
-    from dsv41_flags.runtime import build
+    from dsv41_flags.assembly import build
 
     settings = tmp_path / "settings.toml"
     settings.write_text("[default]\n")

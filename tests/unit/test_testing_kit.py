@@ -52,3 +52,57 @@ def test_the_kit_puts_back_the_process_patches(tmp_path, monkeypatch, make_runti
         activation.set_process_state(saved)
         process.uninstall()
         sys.modules.pop(target, None)
+
+
+LOCKED = """
+class Locked(type):
+    def __setattr__(cls, name, value):
+        if vars(cls).get("locked"):
+            raise RuntimeError(f"{cls.__name__} is locked")
+        super().__setattr__(name, value)
+
+class Vault(metaclass=Locked):
+    def m(self):
+        return "vault"
+
+def f():
+    return "stock"
+"""
+
+
+def test_the_kit_teardown_restores_everything_it_can_and_names_what_it_could_not(tmp_path, monkeypatch):
+    """A feature whose owner refuses the restore: the teardown still restores the other features,
+    the environment and the process runtime, then raises one RestoreError naming it."""
+    import os
+
+    from dsv41_flags.errors import RestoreError
+    target = f"kit_locked_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{target}.py").write_text(LOCKED)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    feats = tmp_path / "feats"
+    feats.mkdir()
+    (feats / "vault_fix.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "def install(module, ctx):\n"
+        "    ctx.patch(module.Vault, 'm', lambda orig: (lambda self: 'patched'))\n"
+        f"FEATURE = Feature(name='vault_fix', target={target!r}, install=install, summary='s', engine='')\n")
+    (feats / "plain_fix.py").write_text(FIX.format(name="plain_fix", target=target, value="kit",
+                                                   after=("vault_fix",)))
+    environ = dict(os.environ)
+    saved = activation.process_state()
+    kit = FlagsKit(tmp_path / "kit")
+    (tmp_path / "kit").mkdir()
+    try:
+        kit.activate({"vault_fix": True, "plain_fix": True}, features_dir=feats)
+        module = __import__(target)
+        assert (module.Vault().m(), module.f()) == ("patched", "kit")
+        type.__setattr__(module.Vault, "locked", True)
+        with pytest.raises(RestoreError, match=r"vault_fix.*Vault\.m.*RuntimeError: Vault is locked"):
+            kit.restore()
+        assert module.f() == "stock"                              # the other feature: restored
+        assert dict(os.environ) == environ and activation.process_state() == saved
+        assert module.Vault().m() == "patched"                    # what the error names
+        assert kit.state("vault_fix") == "installed" and kit.state("plain_fix") == "uninstalled"
+    finally:
+        activation.set_process_state(saved)
+        sys.modules.pop(target, None)

@@ -24,7 +24,8 @@ from dsv41_flags.names import RESERVED, suggest
 from dsv41_flags.fingerprint import compute, masked_argv, prefix_sources
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.snapshot import Launch, resolved_to_dict
-from dsv41_flags.runtime import Runtime, resolve_launch
+from dsv41_flags.assembly import resolve_launch
+from dsv41_flags.runtime import Runtime
 from dsv41_flags.wire import dumps, jsonable
 from dsv41_flags.state import blocks_boot
 from dsv41_flags.status import preview

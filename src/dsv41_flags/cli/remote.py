@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from dsv41_flags.secrecy import MASK
 from dsv41_flags.text import quoted
 from dsv41_flags.cli.output import err, out, safe_text
-from dsv41_flags.engines import adapter
+from dsv41_flags.engine import adapter
 from dsv41_flags.engines.http_client import Refused
 from dsv41_flags.live import SwitchError, check_requested_by, parse_assignment, parse_value
 

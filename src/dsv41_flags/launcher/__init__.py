@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from dsv41_flags.runtime import build
+from dsv41_flags.assembly import build
 from dsv41_flags.names import LAUNCH_VAR, SNAPSHOT_VAR
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"

@@ -1,10 +1,9 @@
 """Keep the FlashInfer autotune cache across boots under expert parallelism. Default OFF.
 
-Ported from seeds/autotune_keep.py. The engine's entry gate (``_drop_diverged_autotune_cache``)
-digests each rank's whole cache file and drops every cache when the digests differ. Under EP each
-rank tunes its own MoE shapes, so the files can never agree: the cache is deleted on every boot
-and the fused-MoE tactics are re-drawn from timing noise (sglang#40320, fix proposed in
-sglang#40420).
+The engine's entry gate (``_drop_diverged_autotune_cache``) digests each rank's whole cache file
+and drops every cache when the digests differ. Under EP each rank tunes its own MoE shapes, so the
+files can never agree: the cache is deleted on every boot and the fused-MoE tactics are re-drawn
+from timing noise (sglang#40320, fix proposed in sglang#40420).
 
 Here the digest covers only the load decision, as in #40420, plus one guard: a sidecar with the
 launch fingerprint (``dsv41_flags`` computes it once per launch; see docs/fingerprint.md) written next to the
@@ -343,7 +342,7 @@ FEATURE = Feature(
     requires=("_autotune_cache_digest(cache_path, env)", "_drop_diverged_autotune_cache(cache_path, group, env)",
               "flashinfer_autotune_context", "flashinfer_autotune_cache_path", "torch"),
     engine="sglang>=0.5.23,<0.6",
-    # keeping or dropping a cache changes no tuned kernel (seed _VOLATILE)
+    # keeping or dropping a cache changes no tuned kernel
     volatile=("DSV41_AUTOTUNE_KEEP",),
     options=(Option("keep_old", "int", 3, minimum=1, maximum=100, volatile=True,
                     help="stale cache copies kept per cache file when a launch change re-tunes"),),

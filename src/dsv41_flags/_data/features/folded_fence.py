@@ -1,8 +1,8 @@
 """Detach folded DSpark verify results from the verify graph's persistent buffers. Default OFF.
 
-Ported from seeds/folded_result_fence.py. On the folded path (all-greedy batches replayed from the
-verify CUDA graph), ``accept_and_finalize`` returns views of ``DsparkVerifyEpilogue``'s persistent
-buffers (``out_tokens_buf``, ``commit_lens_buf``, ...). With the overlap schedule the scheduler
+On the folded path (all-greedy batches replayed from the verify CUDA graph),
+``accept_and_finalize`` returns views of ``DsparkVerifyEpilogue``'s persistent buffers
+(``out_tokens_buf``, ``commit_lens_buf``, ...). With the overlap schedule the scheduler
 copies them to host on its copy stream while the next step already runs, and the next verify
 replay can overwrite those buffers before the copy finishes (sglang#40919). Cloning them on the
 forward stream right after the verify, before anything else is queued, gives the copy its own
@@ -42,7 +42,7 @@ FEATURE = Feature(
     requires=("TargetVerifyExecutor.accept_and_finalize(folded_accept)",
               "AcceptOuts", "DsparkVerifyEpilogue"),
     engine="sglang>=0.5.23,<0.6",
-    # cloning outputs changes no tuned kernel (seed autotune_keep.py _VOLATILE)
+    # cloning outputs changes no tuned kernel: a boot toggling it keeps its autotune cache
     volatile=("DSV41_FOLDED_FENCE",),
     refs=("sglang#40919",),
     # switchable while serving: between two verify steps either path is correct (the clone only

@@ -42,7 +42,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from dsv41_flags.engines import EngineFacts
+from dsv41_flags.engine import EngineFacts
 
 #: the sglang distribution and the range every shipped feature was ported against
 DISTRIBUTION = "sglang"

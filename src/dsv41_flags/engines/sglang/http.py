@@ -168,31 +168,51 @@ def _merge(answers: list[dict]) -> dict:
     return merged
 
 
-async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float) -> dict:
-    """A switch on every scheduler group: the groups vote, then apply expecting one generation;
-    a group that refuses or fails makes the others roll back. Returns the merged answer."""
+async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float, rt=None,
+                        tokenizer_workers: int = 1) -> dict:
+    """A switch on every process of the launch (``peers``): every scheduler group votes, then
+    this HTTP process and every peer; the groups apply expecting one generation, then every peer
+    applies it. A process that refuses or does not answer refuses the switch before
+    any rank applies it; a group or a peer that fails to apply makes every group and peer that
+    applied it roll back. Returns the merged answer, with ``processes``: each process outside
+    the schedulers, with its role and applied state."""
+    import asyncio
+
+    import dsv41_flags.engines.sglang.peers as peers
+
     params = {"name": fields["name"], "value": fields["value"],
               "requested_by": fields["requested_by"]}
     check = _merge((await client.call(tm, SET_METHOD, timeout_s, phase="check", **params))["answers"])
     if not check["ok"]:
         return check
+    votes, refusal = (await asyncio.to_thread(peers.vote, rt, params, tokenizer_workers)
+                      if rt is not None else ([], None))
+    check["processes"] = votes
+    if refusal:
+        return {**check, "ok": False, "error": refusal}
     generations = sorted({r.get("generation") for r in check["ranks"]})
-    if len(generations) > 1:
+    apart = (f"the data-parallel groups are on different generations {generations}"
+             if len(generations) > 1 else peers.behind(votes, generations[0]))
+    if apart:
         return {**check, "ok": False, "error": (
-            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: the data-parallel "
-            f"groups are on different generations {generations}")}
+            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: {apart}")}
     # applied even when every rank has that value already: each rank then records the request
     # (feature.toggle_unchanged) and keeps its generation
     done = await client.call(tm, SET_METHOD, timeout_s, phase="both",
                              expect_generation=generations[0], request_id=fields["request_id"],
                              **params)
     applied = _merge(done["answers"])
-    if applied["ok"] or len(done["answers"]) == 1:
+    failure = None
+    if applied["ok"] and rt is not None:
+        generation = max(r.get("generation") or 0 for r in applied["ranks"])
+        applied["processes"], failure = await asyncio.to_thread(
+            peers.apply, rt, params, generation, fields["request_id"])
+    if applied["ok"] and failure is None or not applied["ok"] and len(done["answers"]) == 1:
         return applied
     undo = await client.call(tm, SET_METHOD, timeout_s, phase="rollback", undo=done["request_id"],
                              **params)
     return {**applied, "ok": False, "rolled_back": _merge(undo["answers"])["ranks"],
-            "error": f"{applied.get('error')}; every group that applied it rolled back"}
+            "error": f"{failure or applied.get('error')}; every process that applied it rolled back"}
 
 
 def install_http_routes(rt, module) -> None:
@@ -239,8 +259,10 @@ def install_http_routes(rt, module) -> None:
             return JSONResponse({"ok": False, "error": str(exc)}, status_code=400)
         try:
             client, tm, lock = client_and_manager()
+            workers = getattr(getattr(tm, "server_args", None), "tokenizer_worker_num", 1)
             async with lock:
-                data = await switch_groups(client, tm, fields, RPC_TIMEOUT_S)
+                data = await switch_groups(client, tm, fields, RPC_TIMEOUT_S, rt,
+                                           workers if isinstance(workers, int) else 1)
         except SwitchError as exc:
             return JSONResponse({"ok": False, "feature": fields["name"], "error": str(exc)},
                                 status_code=504)
@@ -256,6 +278,10 @@ def install_http_routes(rt, module) -> None:
         except SwitchError as exc:
             data = {"ok": False, "error": str(exc), "ranks": []}
         data["server"] = process_status(rt)
+        import dsv41_flags.engines.sglang.peers as peers
+
+        others = await asyncio.to_thread(peers.call_all, rt, {"phase": "status"})
+        data["processes"] = others[1:]
         return JSONResponse(data, status_code=200 if data.get("ok") else 504)
 
     # this module's annotations are strings (``from __future__ import annotations``) and Request

@@ -1,8 +1,8 @@
 """sglang's processes as the plugin sees them: the roles sglang starts, each process's role and
 ranks read from the ``run_<role>_process(...)`` frame that calls ``load_plugins()``, whether
 sglang's plugin loader will activate a spawned process (so the ``dsv41-flags run`` bootstrap
-leaves it to the plugin, which knows role and ranks before the first event), the rank guard's
-hook point (``on_world_ready``) and the plugin entry itself (``load``).
+leaves it to the plugin, which knows role and ranks before the first event), and the hook points
+``activation.activate_plugin`` drives: ``on_world_ready``, ``arm_live`` and ``on_serving``.
 
 Standard library only at import.
 """
@@ -13,17 +13,13 @@ import inspect
 import os
 from typing import Any, Callable
 
-from dsv41_flags.text import exception_text
-
-#: the ``entry`` field of a ``flags.error`` raised under sglang's plugin loader
-PLUGIN_ENTRY_NAME = "sglang-plugin"
 #: roles whose processes never initialise the model-parallel world (no rank guard there)
-NO_GUARD_ROLES = ("engine", "detokenizer", "data_parallel_controller")
+NO_WORLD_ROLES = frozenset({"engine", "detokenizer", "data_parallel_controller"})
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
 PLUGIN_GROUP = "sglang.srt.plugins"
 #: our entry in that group (pyproject ``[project.entry-points."sglang.srt.plugins"]``):
 #: ``dsv41_flags_plugin.load``, which imports nothing at module level (a package that cannot load
-#: still says so and stops), then calls ``load`` below through the adapter
+#: still says so and stops), then runs ``activation.activate_plugin`` with this adapter
 PLUGIN_ENTRY = ("dsv41_flags", "dsv41_flags_plugin:load")
 PLUGIN_ENTRIES = {PLUGIN_ENTRY}
 #: rank arguments of sglang's process entry functions, in report order
@@ -89,11 +85,11 @@ def plugin_will_activate(target: Callable | None, environ=None) -> bool:
 
 
 def arm_live(rt) -> bool:
-    """When a live feature is declared: install the scheduler RPC methods when sglang's scheduler
-    module is imported, and the HTTP routes when its HTTP server module is (post-import hooks;
-    each fires only in the process that imports the module). Returns False when there is no
-    live feature (nothing registered)."""
-    if rt.live.transport.get("armed") or not any(f.live for f in rt.features.values()):
+    """Install the scheduler RPC methods when sglang's scheduler module is imported, and the HTTP
+    routes when its HTTP server module is (post-import hooks; each fires only in the process that
+    imports the module); outside the schedulers, answer switches as a peer of the launch
+    (``peers.listen``). Returns False when they are registered already."""
+    if rt.live.transport.get("armed"):
         return False
     from dsv41_flags.engines.sglang.http import HTTP_MODULE, install_http_routes
     from dsv41_flags.engines.sglang.rpc import SCHEDULER_MODULE, install_scheduler_rpc
@@ -102,6 +98,10 @@ def arm_live(rt) -> bool:
     rt.live.transport["armed"] = True
     register_post_import_hook(lambda m: install_scheduler_rpc(rt, m), SCHEDULER_MODULE)
     register_post_import_hook(lambda m: install_http_routes(rt, m), HTTP_MODULE)
+    if rt.context.fields.get("role") != "scheduler":   # the schedulers switch over sglang's RPC
+        from dsv41_flags.engines.sglang.peers import listen
+
+        listen(rt)
     return True
 
 
@@ -141,9 +141,9 @@ def on_serving(rt) -> bool:
     event loop: a BEFORE hook on ``SERVING_TARGET`` through sglang's HookRegistry (applied by
     ``load_plugins()`` right after the plugins ran). From then on the metrics gauges follow every
     state change (``Runtime.state_listeners``: a target imported while serving installs and
-    shows at once). Returns False when sglang's plugin system is not importable or the hook is
-    registered already."""
-    if rt.live.transport.get("serving_hook"):
+    shows at once). Returns False outside a scheduler, when sglang's plugin system is not
+    importable or when the hook is registered already."""
+    if rt.context.fields.get("role") != "scheduler" or rt.live.transport.get("serving_hook"):
         return False
     try:
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -165,101 +165,3 @@ def on_serving(rt) -> bool:
     HookRegistry.register(SERVING_TARGET, before, HookType.BEFORE)
     rt.live.transport["serving_hook"] = True
     return True
-
-
-def load() -> None:
-    """sglang's plugin entry (group ``sglang.srt.plugins``): activate dsv41_flags in this sglang
-    process (once), with its role and ranks read from the calling ``run_<role>_process`` frame
-    BEFORE activating, so every event from ``flags.resolved`` on carries them; then register the
-    rank consistency guard at ``on_world_ready`` (schedulers only).
-
-    sglang 0.5.23 calls ``load_plugins()`` in the main process and at the start of every
-    scheduler, detokenizer and data-parallel controller process (all started with ``spawn``).
-    Error policy (``dsv41_flags.activation.fail``): any exception while activating, not only FlagsError,
-    emits ``flags.error`` (entry ``sglang-plugin``); in strict mode the process stops with
-    ``SystemExit(3)``: sglang's ``load_plugins()`` logs and swallows a plugin's ``Exception``
-    ("Failed to execute general plugin") and would boot with nothing armed; SystemExit is not an
-    Exception, so the boot stops here. Non-strict: the process runs, the event says what is on."""
-    try:
-        from dsv41_flags.activation import EXIT_STRICT, activate_entry, fail
-    except Exception as exc:  # the package itself is broken here: no event possible
-        from dsv41_flags_plugin import stop_unloadable
-
-        stop_unloadable("importing dsv41_flags", exc)
-        return
-
-    try:
-        ctx = caller_context()
-    except Exception:  # an unexpected frame shape: role and ranks unknown, activation goes on
-        ctx = {}
-    role = ctx.pop("role", None)
-    rt = activate_entry(PLUGIN_ENTRY_NAME, role=role, context=ctx)
-    if rt is None:
-        # activation failed, non-strict: this rank still registers the guard (with no runtime)
-        # so it joins the ranks' all_gather; otherwise the other ranks would block in it
-        if role in NO_GUARD_ROLES or not _guard_once():
-            return
-        reason = _failure_reason()
-        try:
-            from dsv41_flags.rank_guard import register_guard
-
-            register_guard(None, reason=reason, engine=_adapter())
-        except Exception as exc:
-            fail(exc, PLUGIN_ENTRY_NAME, role, ctx)  # non-strict here: it runs on
-        return
-    if any(f.live for f in rt.features.values()):
-        # live switches over sglang's RPC path: methods on Scheduler, routes on the HTTP app
-        try:
-            arm_live(rt)
-        except Exception as exc:
-            if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
-                raise SystemExit(EXIT_STRICT) from None
-    if rt.context.fields.get("role") == "scheduler":
-        try:
-            on_serving(rt)
-        except Exception as exc:
-            if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
-                raise SystemExit(EXIT_STRICT) from None
-    # only schedulers initialise the model-parallel world; elsewhere the hook would only cost an
-    # import of sglang's parallel_state
-    if rt.guard_registered or rt.context.fields.get("role") in NO_GUARD_ROLES:
-        return
-    try:
-        from dsv41_flags.rank_guard import register_guard
-
-        rt.guard_registered = register_guard(rt, engine=_adapter())
-    except Exception as exc:
-        if fail(exc, PLUGIN_ENTRY_NAME, role, ctx):
-            raise SystemExit(EXIT_STRICT) from None
-
-
-_NO_RUNTIME_GUARD: list[int] = []  # pids where the no-runtime guard is registered
-
-
-def _guard_once() -> bool:
-    """True the first time in this process (``load_plugins()`` may call ``load`` again)."""
-    if os.getpid() in _NO_RUNTIME_GUARD:
-        return False
-    _NO_RUNTIME_GUARD.append(os.getpid())
-    return True
-
-
-def _failure_reason() -> str:
-    """Why this process has no runtime (the latched activation error), for the guard's view."""
-    from dsv41_flags.activation import process_state
-
-    failed = process_state()[1]
-    if failed is None:
-        return "activation failed"
-    exc = failed[1]
-    exc = exc.__cause__ if exc.__cause__ is not None and type(exc).__name__ == "ActivationError" else exc
-    return f"{exception_text(exc)}"[:300]
-
-
-def _adapter():
-    """This room's ``EngineAdapter``: the installed engine adapter (``engines.adapter()``), which
-    is this room's whenever sglang's plugin loader runs it (the package imports this module first,
-    so it is not imported back from here: no import cycle)."""
-    from dsv41_flags.engines import adapter
-
-    return adapter()

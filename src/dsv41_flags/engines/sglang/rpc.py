@@ -395,14 +395,36 @@ class RpcClient:
 
 def switch_engine(engine, name: str, value: Any, *, requested_by: str = "python",
                   timeout_s: float = RPC_TIMEOUT_S) -> dict:
-    """Switch live feature ``name`` on every scheduler rank of an offline ``sglang.Engine``
-    (node 0), in lockstep. Returns ``{ok, feature, old, new, generation, step, ranks}``.
-    Raises SwitchError with the ranks' reasons when refused. Do not call it concurrently with
-    ``Engine.collective_rpc`` (one socket)."""
-    data = _engine_client(engine).call(SET_METHOD, timeout_s, name=feature_name(name), value=value,
-                                       requested_by=requested_by)
+    """Switch live feature ``name`` in every process of an offline ``sglang.Engine`` (node 0):
+    the ranks vote, then this process and the Engine's other processes (``peers.vote``); every
+    scheduler rank applies it in lockstep, then the other processes (``peers.apply``). Returns ``{ok,
+    feature, old, new, generation, step, ranks, processes}``. Raises SwitchError with the
+    reasons when refused; a process that fails to apply it makes the ranks roll back. Do not call
+    it concurrently with ``Engine.collective_rpc`` (one socket)."""
+    from dsv41_flags.activation import current_runtime
+    import dsv41_flags.engines.sglang.peers as peers
+
+    rt = current_runtime()
+    params = {"name": feature_name(name), "value": value, "requested_by": requested_by}
+    client = _engine_client(engine)
+    if rt is not None:
+        check = client.call(SET_METHOD, timeout_s, phase="check", **params)
+        if not check.get("ok"):
+            raise SwitchError(check.get("error") or json.dumps(check))
+        votes, refusal = peers.vote(rt, params)
+        refusal = refusal or peers.behind(votes, check.get("generation"))
+        if refusal:
+            raise SwitchError(refusal)
+    data = client.call(SET_METHOD, timeout_s, **params)
     if not data.get("ok"):
         raise SwitchError(data.get("error") or json.dumps(data))
+    if rt is not None:
+        data["processes"], failure = peers.apply(rt, params, data.get("generation") or 0,
+                                                 data.get("request_id") or "")
+        if failure:
+            client.call(SET_METHOD, timeout_s, phase="rollback", undo=data.get("request_id") or "",
+                        **params)
+            raise SwitchError(f"{failure}; every process that applied it rolled back")
     return data
 
 

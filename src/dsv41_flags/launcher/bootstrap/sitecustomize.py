@@ -83,10 +83,11 @@ def _chain():
 
 
 def _activate():
-    """Activation and error policy live in the package (``dsv41_flags.activation.bootstrap``): a failure is a
-    ``flags.error`` event and, in strict mode, exit status 3 before the program runs."""
+    """Activation and error policy live in the package (``dsv41_flags.children.bootstrap``): a
+    failure is a ``flags.error`` event and, in strict mode, exit status 3 before the program runs."""
     try:
         import dsv41_flags.activation as _activation
+        import dsv41_flags.children as _children
     except ImportError:  # an interpreter without the package: say so, features are not applied
         sys.stderr.write(f"dsv41_flags: not importable in {sys.executable}: no feature is applied "
                          f"in this process (pid {os.getpid()})\n")
@@ -98,7 +99,7 @@ def _activate():
         if os.environ.get("DSV41_STRICT", "").strip().lower() not in ("0", "false", "off", "no"):
             os._exit(3)
         return
-    _activation.bootstrap()
+    _children.bootstrap()
     if _chain_error is not None:
         rt = _activation.current_runtime()
         if rt is not None:

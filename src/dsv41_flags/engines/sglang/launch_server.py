@@ -1,0 +1,98 @@
+"""The command line of ``python -m sglang.launch_server`` that ``dsv41-flags serve`` starts: the
+operator's own sglang options, passed through unchanged, plus, with ``cpu=True``, what serving
+on a CPU-only machine needs (``docs/quickstart.md``).
+
+With ``cpu=True``:
+
+- the platform is ``dsv41_cpu`` (``SGLANG_PLATFORM``; ``cpu_platform.CpuPlatform``);
+- each option of ``CPU_OPTIONS`` the operator did not give is added (the CPU device, the torch
+  attention and sampling backends, no CUDA graph, no overlap schedule, no warm-up request);
+- without ``--model-path``, the shipped tiny Llama configuration (``_data/tiny-llama``: hidden
+  64, 2 layers, vocab 1000, float32) is served with dummy weights and no tokenizer, so nothing is
+  downloaded;
+- ``SGLANG_CPU_OMP_THREADS_BIND``, unless set, binds each local scheduler to one CPU of this
+  process's affinity, in turn.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from dsv41_flags_plugin import CPU_PLATFORM
+
+#: the shipped model directory: a tiny Llama ``config.json`` only (weights: ``--load-format dummy``)
+TINY_MODEL = Path(__file__).resolve().parents[2] / "_data" / "tiny-llama"
+#: ``(option, value or None for a switch)`` added on a CPU unless the operator gave the option
+CPU_OPTIONS: tuple[tuple[str, str | None], ...] = (
+    ("--device", "cpu"), ("--attention-backend", "torch_native"), ("--disable-cuda-graph", None),
+    ("--sampling-backend", "pytorch"), ("--disable-overlap-schedule", None),
+    ("--skip-server-warmup", None), ("--max-total-tokens", "4096"))
+#: added on a CPU when the operator names no model
+TINY_MODEL_OPTIONS: tuple[tuple[str, str | None], ...] = (
+    ("--model-path", str(TINY_MODEL)), ("--load-format", "dummy"), ("--skip-tokenizer-init", None),
+    ("--dtype", "float32"))
+#: sglang's spellings of one option (its argparse aliases)
+_ALIASES = {"--model-path": ("--model-path", "--model"),
+            "--tp": ("--tp", "--tp-size", "--tensor-parallel-size"),
+            "--dp": ("--dp", "--dp-size", "--data-parallel-size")}
+
+
+def _given(args: Sequence[str]) -> dict[str, str | None]:
+    """The long options in ``args`` -> their value (``--x=v`` or ``--x v``; None for a switch or
+    an option last on the line)."""
+    found: dict[str, str | None] = {}
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg.partition("=")
+        if not eq:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            value = nxt if nxt is not None and not nxt.startswith("--") else None
+        found[name] = value
+    return found
+
+
+def _value(given: Mapping[str, str | None], option: str) -> str | None:
+    for alias in _ALIASES.get(option, (option,)):
+        if alias in given:
+            return given[alias]
+    return None
+
+
+def _has(given: Mapping[str, str | None], option: str) -> bool:
+    return any(alias in given for alias in _ALIASES.get(option, (option,)))
+
+
+def _local_schedulers(given: Mapping[str, str | None]) -> int:
+    """Scheduler processes this launch starts on one node: tp x dp (tp with DP attention)."""
+    def size(option: str) -> int:
+        text = _value(given, option) or "1"
+        return int(text) if text.isdigit() and int(text) > 0 else 1
+    tp, dp = size("--tp"), size("--dp")
+    return tp if "--enable-dp-attention" in given else tp * dp
+
+
+def server_command(args: Sequence[str], *, cpu: bool, environ: Mapping[str, str] | None = None,
+                   python: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` of ``python -m sglang.launch_server`` with the operator's ``args`` (sglang
+    options, in order and unchanged) and, with ``cpu``, the CPU additions of the module docstring.
+    ``env`` is ``environ`` (default: this process's) with ``SGLANG_PLATFORM`` and
+    ``SGLANG_CPU_OMP_THREADS_BIND`` set on a CPU. ``python`` defaults to this interpreter."""
+    env = dict(os.environ if environ is None else environ)
+    argv = [python or sys.executable, "-m", "sglang.launch_server", *args]
+    if not cpu:
+        return argv, env
+    given = _given(args)
+    extra = [] if _has(given, "--model-path") else list(TINY_MODEL_OPTIONS)
+    extra += [(opt, val) for opt, val in CPU_OPTIONS if not _has(given, opt)]
+    for opt, val in extra:
+        if not _has(given, opt):
+            argv += [opt] if val is None else [opt, val]
+    env["SGLANG_PLATFORM"] = CPU_PLATFORM
+    if not env.get("SGLANG_CPU_OMP_THREADS_BIND"):
+        cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(
+            str(cores[i % len(cores)]) for i in range(_local_schedulers(given)))
+    return argv, env

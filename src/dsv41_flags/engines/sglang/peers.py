@@ -1,0 +1,288 @@
+"""A live switch in the processes of a launch outside the scheduler ranks: the HTTP server process
+(where the routes and the tokenizer manager run), the detokenizer, the data-parallel controller
+and, under ``dsv41-flags run``, multi-tokenizer workers.
+
+Each such process with a live feature declared is a *peer*: a daemon thread answers on a ZMQ REP
+socket ``ipc://<launch directory>/<role>-<pid>``. The launch directory is private to the user
+(``<tmp>/dsv41_flags-<uid>/launch-<launch pid>``, mode 0700, owner checked) and named by the
+launch's pid, which every process of the launch knows (``Runtime.launch_pid``, ``DSV41_LAUNCH``).
+The HTTP process finds the peers by listing it.
+
+A switch through the route (``http.switch_groups``): every peer and the HTTP process itself vote
+first (``check``), so a process that refuses, or one that does not answer within
+``PEER_TIMEOUT_S``, refuses the switch before any rank applies it; then the ranks apply it at one
+step; then each peer applies it with the ranks' generation, at its own safe point (between two
+calls of the feature: a call in progress keeps the value it read, ``live.gated``). A peer that
+fails then makes every rank and every peer that applied it roll back. A process that sglang does
+not let the plugin into (tokenizer workers of ``--tokenizer-worker-num N`` under the plugin) holds
+no feature and is named in every answer as not reached (``unreached``).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import stat
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from dsv41_flags.errors import FlagsError, SwitchError
+from dsv41_flags.text import exception_text
+
+#: seconds the HTTP process waits for one peer's answer
+PEER_TIMEOUT_S = 10.0
+#: the longest request or answer accepted on a peer socket (bytes)
+MAX_MESSAGE = 1 << 20
+#: the longest ``ipc://`` path a Unix socket takes (``sun_path`` less its terminator)
+MAX_SOCKET_PATH = 107
+PHASES = ("check", "apply", "rollback", "status")
+
+
+def launch_directory(launch_pid: int, *, create: bool) -> Path:
+    """``<tmp>/dsv41_flags-<uid>/launch-<launch_pid>``, made 0700 when ``create``. Raises
+    SwitchError when the user's directory is not a directory owned by this user with no access
+    for others (it would let another user answer for a process)."""
+    base = Path(tempfile.gettempdir()) / f"dsv41_flags-{os.getuid()}"
+    here = base / f"launch-{launch_pid}"
+    if create:
+        base.mkdir(mode=0o700, exist_ok=True)
+    try:
+        info = base.lstat()
+    except FileNotFoundError:
+        return here
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise SwitchError(f"{base} is not a private directory of this user (owner uid "
+                          f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); live switches "
+                          f"outside the schedulers need it: remove it")
+    if create:
+        here.mkdir(mode=0o700, exist_ok=True)
+    return here
+
+
+def _who(rt) -> dict[str, Any]:
+    return {k: v for k, v in rt.context.as_fields().items() if k != "process"}
+
+
+def answer(rt, request: dict) -> dict:
+    """This process's answer to one peer request ``{"phase", "name", "value", "requested_by",
+    "request_id", "generation", "undo"}`` (``phase`` one of ``PHASES``): ``{"ok", pid, role,
+    "generation", "old", "new", "state"}`` or ``{"ok": False, "reason"}``. ``check`` changes
+    nothing; ``apply`` switches with the given generation; ``rollback`` undoes request ``undo``
+    when it is this process's last switch; ``status`` is ``status.process_status``."""
+    from dsv41_flags.status import process_status
+
+    who = {**_who(rt), "generation": rt.live.generation}
+    phase = request.get("phase")
+    try:
+        if phase == "status":
+            return {"ok": True, **process_status(rt)}
+        if phase not in PHASES:
+            raise SwitchError(f"phase {str(phase)[:20]!r} is not one of {', '.join(PHASES)}")
+        name, value = request.get("name"), request.get("value")
+        requested_by = request.get("requested_by") or ""
+        if phase == "rollback":
+            last = rt.live.history[-1] if rt.live.history else None
+            undone = last is not None and last.request_id == request.get("undo")
+            if undone:
+                rt.rollback(last, f"a process of the launch could not apply request "
+                                  f"{request.get('undo')}")
+            return {"ok": True, **who, "undone": undone, "generation": rt.live.generation}
+        feature, new = rt.check_switch(name, value, requested_by)
+        state = {s.name: str(s.state) for s in rt.states()}.get(feature.name)
+        vote = {"ok": True, **who, "old": rt.value(feature), "new": new, "state": state}
+        if phase == "check":
+            return vote
+        toggle = rt.switch(name, value, requested_by=requested_by,
+                           generation=request.get("generation"), step=None,
+                           request_id=request.get("request_id") or "")
+        return {**vote, "generation": toggle.generation, "changed": toggle.changed}
+    except FlagsError as exc:
+        return {"ok": False, **who, "reason": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - answered, never raised into the listener
+        return {"ok": False, **who, "reason": exception_text(exc)}
+
+
+class Listener:
+    """This process's peer socket and its daemon thread (``start``): one per process."""
+
+    def __init__(self, rt, directory: Path) -> None:
+        import zmq
+
+        self.rt = rt
+        self.path = directory / f"{rt.context.fields.get('role') or 'process'}-{os.getpid()}"
+        if len(str(self.path)) > MAX_SOCKET_PATH:
+            raise SwitchError(f"the peer socket path {self.path} is longer than a Unix socket "
+                              f"takes ({MAX_SOCKET_PATH}); set TMPDIR to a shorter directory")
+        self.socket = zmq.Context.instance().socket(zmq.REP)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self.socket.bind(f"ipc://{self.path}")
+        self.pid = os.getpid()
+        atexit.register(self.close)
+
+    def start(self) -> None:
+        threading.Thread(target=self._serve, name="dsv41-flags-peer", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                raw = self.socket.recv()
+            except Exception:  # noqa: BLE001 - the context was terminated: the process ends
+                return
+            try:
+                request = json.loads(raw)
+                reply = answer(self.rt, request) if isinstance(request, dict) else \
+                    {"ok": False, "reason": "a request is a JSON object"}
+            except ValueError:
+                reply = {"ok": False, "reason": "a request is a JSON object"}
+            try:
+                self.socket.send(json.dumps(reply, default=str).encode())
+            except Exception:  # noqa: BLE001
+                return
+
+    def close(self) -> None:
+        if os.getpid() != self.pid:   # a forked child never removes its parent's socket
+            return
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+
+def listen(rt) -> bool:
+    """Make this process a peer of its launch (once): bind its socket, start its thread. Returns
+    False where there is nothing to do (a scheduler, which switches over sglang's RPC path; no
+    launch pid; listening already). Raises SwitchError (directory, socket path) or zmq's error."""
+    if rt.context.fields.get("role") == "scheduler" or rt.launch_pid is None \
+            or rt.live.transport.get("peer"):
+        return False
+    listener = Listener(rt, launch_directory(rt.launch_pid, create=True))
+    rt.live.transport["peer"] = listener
+    listener.start()
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
+    """``(role, pid, path)`` of every live peer of the launch but this process; a socket whose
+    process is gone is removed."""
+    directory = launch_directory(launch_pid, create=False)
+    found = []
+    try:
+        entries = sorted(directory.iterdir())
+    except FileNotFoundError:
+        return []
+    for path in entries:
+        role, _, pid_text = path.name.rpartition("-")
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        if not _alive(int(pid_text)):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            continue
+        found.append((role, int(pid_text), path))
+    return found
+
+
+def ask(path: Path, request: dict, timeout_s: float = PEER_TIMEOUT_S) -> dict:
+    """One request to the peer at ``path``; its answer, or ``{"ok": False, "reason"}`` when it
+    did not answer within ``timeout_s`` seconds or answered something that is not an object."""
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+    try:
+        sock.connect(f"ipc://{path}")
+        sock.send(json.dumps(request).encode())
+        if not sock.poll(int(timeout_s * 1000)):
+            return {"ok": False, "reason": f"no answer within {timeout_s:g} s"}
+        data = json.loads(sock.recv())
+        return data if isinstance(data, dict) else {"ok": False, "reason": "not a JSON object"}
+    except (ValueError, zmq.ZMQError) as exc:
+        return {"ok": False, "reason": f"unreadable answer ({exc})"}
+    finally:
+        sock.close()
+
+
+def call_all(rt, request: dict) -> list[dict]:
+    """``request`` answered by this process (``answer``) and by every peer of the launch, in
+    that order; each answer carries ``role`` and ``pid``."""
+    answers = [answer(rt, request)]
+    if rt.launch_pid is None:
+        return answers
+    for role, pid, path in peer_sockets(rt.launch_pid):
+        reply = ask(path, request)
+        reply.setdefault("role", role)
+        reply.setdefault("pid", pid)
+        answers.append(reply)
+    return answers
+
+
+def vote(rt, params: dict, tokenizer_workers: int = 1) -> tuple[list[dict], str | None]:
+    """Phase 1 outside the schedulers: ``(answers, refusal)`` of this process and every peer for
+    ``params`` (``name``, ``value``, ``requested_by``); ``refusal`` says which process refused,
+    is silent, or cannot be reached (``unreached``: only when the feature is installed here, i.e.
+    its target runs where requests are tokenized), else None."""
+    from dsv41_flags.state import State
+
+    votes = call_all(rt, {"phase": "check", **params})
+    blocked = [v for v in votes if not v.get("ok")]
+    if votes[0].get("state") == State.INSTALLED:
+        blocked += unreached(tokenizer_workers)
+    if not blocked:
+        return votes, None
+    return votes, (f"switch {params['name']}={params['value']!r} refused before any rank applied "
+                   f"it: " + "; ".join(f"{label(v)}: {v.get('reason')}" for v in blocked))
+
+
+def behind(votes: list[dict], generation: int) -> str | None:
+    """Which processes are not on the ranks' ``generation`` (a refusal), or None."""
+    others = [v for v in votes if v.get("generation") != generation]
+    if not others:
+        return None
+    return (f"the ranks are on generation {generation}, "
+            + ", ".join(f"{label(v)} on {v.get('generation')}" for v in others))
+
+
+def apply(rt, params: dict, generation: int, request_id: str) -> tuple[list[dict], str | None]:
+    """Phase 2 outside the schedulers, after every rank applied the switch as ``generation``:
+    ``(answers, failure)``; on a failure every process that applied it here has rolled back
+    (the caller rolls back the ranks)."""
+    applied = call_all(rt, {"phase": "apply", "generation": generation, "request_id": request_id,
+                            **params})
+    failed = [a for a in applied if not a.get("ok")]
+    if not failed:
+        return applied, None
+    call_all(rt, {"phase": "rollback", "undo": request_id, **params})
+    return applied, "; ".join(f"{label(a)}: {a.get('reason')}" for a in failed)
+
+
+def label(entry: dict) -> str:
+    """``detokenizer pid 42``: a process in a message."""
+    return f"{entry.get('role') or 'process'} pid {entry.get('pid')}"
+
+
+def unreached(tokenizer_workers: int) -> list[dict]:
+    """The processes sglang starts that the plugin is never loaded in: with
+    ``--tokenizer-worker-num N`` (N > 1), sglang 0.5.23 does not call ``load_plugins()`` in its
+    tokenizer workers, so no feature is installed there and no switch reaches them."""
+    if tokenizer_workers <= 1:
+        return []
+    return [{"ok": False, "role": "tokenizer_worker", "count": tokenizer_workers,
+             "reason": f"--tokenizer-worker-num {tokenizer_workers}: sglang does not load plugins "
+                       f"in its tokenizer workers; a feature whose target runs there is not "
+                       f"installed there (launch under dsv41-flags run to activate them)"}]

@@ -1,0 +1,129 @@
+"""A live switch reaches the launch's processes outside the schedulers (``engines/sglang/peers.py``):
+a real second process (a fresh interpreter activated from the launch's snapshot, role
+``detokenizer``) answers on its peer socket; the launching process votes and applies with it, and
+the child's patched call changes after the switch. A process that is gone, a directory that is not
+private and a topology the plugin cannot enter each say so."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from dsv41_flags.engines.sglang import peers
+from dsv41_flags.errors import SwitchError
+
+from ._child import FEATURE, make_project, parent
+
+LIVE = FEATURE.replace('engine="",', 'engine="", live=True,')
+SETTINGS = '[default]\ndemo_patch = false\nfeatures_dir = "FEATURES_DIR"\n'
+CHILD = """
+    import sys
+    import dsv41_flags
+    from dsv41_flags.engines.sglang.peers import listen
+    rt = dsv41_flags.activate(role="detokenizer")
+    import {target} as target
+    listen(rt)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        print(target.Worker().forward(), flush=True)
+"""
+
+
+@pytest.fixture
+def short_tmp(monkeypatch):
+    """A short temporary directory for the launch directories (a Unix socket path is short)."""
+    path = tempfile.mkdtemp(prefix="pe", dir="/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", path)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def launch(tmp_path, short_tmp):
+    """``(runtime of this process, the child process)``: this process resolved and armed the
+    launch; the child activated from its snapshot as a detokenizer and listens."""
+    project = make_project(tmp_path, "demo_patch", LIVE, SETTINGS)
+    sys.path.insert(0, str(tmp_path))
+    rt = parent(project)
+    rt.arm()
+    __import__(project.target)
+    env = {**project.env, "TMPDIR": short_tmp}
+    rt.export(env)
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD.format(target=project.target))],
+                            env=env, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        yield rt, proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        sys.path.remove(str(tmp_path))
+        rt.uninstall()
+
+
+def child_call(proc) -> str:
+    proc.stdin.write("call\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()
+
+
+def test_a_switch_votes_and_applies_in_every_process_of_the_launch(launch):
+    rt, proc = launch
+    request = {"name": "demo_patch", "value": "on", "requested_by": "test"}
+    votes = peers.call_all(rt, {"phase": "check", **request})
+    assert [(v["ok"], v["role"], v["new"]) for v in votes] == [(True, "launcher", True),
+                                                               (True, "detokenizer", True)]
+    assert votes[1]["pid"] == proc.pid and child_call(proc) == "stock"       # nothing changed yet
+    applied = peers.call_all(rt, {"phase": "apply", "generation": 1, "request_id": "r1", **request})
+    assert [(a["ok"], a["generation"], a["changed"]) for a in applied] == [(True, 1, True)] * 2
+    assert child_call(proc) == "patched n=4"
+    undone = peers.call_all(rt, {"phase": "rollback", "undo": "r1", **request})
+    assert [u["undone"] for u in undone] == [True, True] and child_call(proc) == "stock"
+    status = peers.call_all(rt, {"phase": "status"})
+    demo = {f["name"]: f for f in status[1]["features"]}["demo_patch"]
+    assert status[1]["role"] == "detokenizer" and demo["value"] is False
+
+
+def test_a_process_that_refuses_is_named_with_its_reason(launch):
+    rt, proc = launch
+    votes = peers.call_all(rt, {"phase": "check", "name": "no_such", "value": "on",
+                                "requested_by": "t"})
+    assert [v["ok"] for v in votes] == [False, False]
+    assert "no_such" in votes[1]["reason"] and peers.label(votes[1]) == f"detokenizer pid {proc.pid}"
+
+
+def test_a_gone_process_is_forgotten_and_a_silent_one_is_named(launch, short_tmp):
+    rt, proc = launch
+    proc.kill()
+    proc.wait(timeout=30)
+    assert peers.peer_sockets(rt.launch_pid) == []          # its socket was removed
+    import zmq
+
+    silent = zmq.Context.instance().socket(zmq.REP)        # bound, never answers
+    path = peers.launch_directory(rt.launch_pid, create=True) / f"detokenizer-{os.getppid()}"
+    silent.bind(f"ipc://{path}")
+    try:
+        answer = peers.ask(path, {"phase": "status"}, timeout_s=0.2)
+        assert answer == {"ok": False, "reason": "no answer within 0.2 s"}
+    finally:
+        silent.close(linger=0)
+
+
+def test_a_launch_directory_others_may_enter_is_refused(short_tmp):
+    base = os.path.join(short_tmp, f"dsv41_flags-{os.getuid()}")
+    os.mkdir(base, 0o700)
+    os.chmod(base, 0o777)
+    with pytest.raises(SwitchError, match="not a private directory"):
+        peers.launch_directory(1, create=True)
+
+
+def test_tokenizer_workers_the_plugin_never_enters_are_named():
+    assert peers.unreached(1) == []
+    (entry,) = peers.unreached(2)
+    assert entry["ok"] is False and "--tokenizer-worker-num 2" in entry["reason"]
