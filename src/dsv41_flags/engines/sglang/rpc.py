@@ -53,6 +53,7 @@ from dsv41_flags.errors import FlagsError
 from dsv41_flags.live import BUILTIN, SwitchError, check_requested_by, feature_name
 from dsv41_flags.status import process_status
 from dsv41_flags.text import exception_text
+from dsv41_flags.wire import dumps
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 SET_METHOD = "dsv41_flags_set"
@@ -270,7 +271,7 @@ def _groups() -> int:
 def _answer(rt, data: dict) -> None:
     from dsv41_flags.engines.sglang.metrics import update_safely
 
-    rt.live.reply = json.dumps(data, default=str)
+    rt.live.reply = dumps(data)
     update_safely(rt)   # after every switch, rollback and status: the gauges follow
 
 
