@@ -1,4 +1,6 @@
-"""Declarations: ``Feature`` and ``Option``, small frozen dataclasses validated on creation."""
+"""Declarations: ``Feature`` and ``Option``, small frozen dataclasses validated on creation by
+small named field validators (``FEATURE_CHECKS``, ``OPTION_CHECKS``: ``check(declaration, field,
+value)``, as attrs writes validators)."""
 from __future__ import annotations
 
 import re
@@ -17,6 +19,138 @@ if TYPE_CHECKING:  # pragma: no cover
     from dsv41_flags.patch import InstallContext
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+#: a field validator, as attrs writes them: ``check(declaration, field name, value)``; raises
+#: DeclarationError naming the declaration, the field and the value
+Check = Callable[[Any, str, Any], None]
+
+
+def _where(declaration: Any) -> str:
+    if isinstance(declaration, Option):
+        return f"option {declaration.name!r}"
+    return f"feature {declaration.name!r}" + (f" ({declaration.source})" if declaration.source else "")
+
+
+def _refuse(declaration: Any, message: str) -> DeclarationError:
+    return DeclarationError(f"{_where(declaration)}: {message}")
+
+
+# ----------------------------------------------------------------------- option validators
+def option_name(option: "Option", field: str, value: Any) -> None:
+    """A lower-case identifier (its key is ``<FLAG>_<NAME>``)."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise DeclarationError(f"option name {value!r} is not a lower-case identifier")
+
+
+def option_kind(option: "Option", field: str, value: Any) -> None:
+    """One of ``values.KINDS``; a ``choice`` has choices."""
+    if value not in KINDS:
+        raise _refuse(option, f"kind {value!r} is not one of {', '.join(KINDS)}")
+    if value == "choice" and not option.choices:
+        raise _refuse(option, "kind 'choice' needs choices")
+
+
+def option_default(option: "Option", field: str, value: Any) -> None:
+    """A value the option accepts (its kind, bounds and choices)."""
+    try:
+        option.cast(value)
+    except CastError as exc:
+        raise _refuse(option, f"default {value!r} is not {exc.accepted}") from None
+
+
+OPTION_CHECKS: tuple[tuple[str, Check], ...] = (
+    ("name", option_name), ("kind", option_kind), ("default", option_default))
+
+
+# ---------------------------------------------------------------------- feature validators
+def feature_name(feature: "Feature", field: str, value: Any) -> None:
+    """A lower-case identifier (the flag is its upper-case form)."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise _refuse(feature, "name must be a lower-case identifier like 'folded_fence'")
+
+
+def dotted_module(feature: "Feature", field: str, value: Any) -> None:
+    """A dotted module name (``requires.DOTTED_NAME``)."""
+    if not isinstance(value, str) or not re.fullmatch(DOTTED_NAME, value):
+        raise _refuse(feature, f"{field} {value!r} is not a dotted module name")
+
+
+def is_callable(feature: "Feature", field: str, value: Any) -> None:
+    if not callable(value):
+        raise _refuse(feature, f"{field} {value!r} is not callable")
+
+
+def one_line(feature: "Feature", field: str, value: Any) -> None:
+    """A str (one line)."""
+    if not isinstance(value, str):
+        raise _refuse(feature, f"{field} must be a str (one line), got {type(value).__name__} {value!r}")
+
+
+def frozen_tuple(feature: "Feature", field: str, value: Any) -> None:
+    """A tuple: a list would stay mutable inside a frozen declaration. The refusal gives the fix."""
+    if not isinstance(value, tuple):
+        hint = (f": write it as a tuple, {tuple(value)!r}" if isinstance(value, list)
+                else f": write it as a tuple, ({value!r},)" if isinstance(value, str) else "")
+        raise _refuse(feature, f"{field} must be a tuple, got {type(value).__name__} {value!r}{hint}")
+
+
+def text(empty_means: str, *, none_ok: bool = False) -> Check:
+    """A str (None too when ``none_ok``); the refusal says what ``""`` means (``empty_means``)."""
+    def check(feature: "Feature", field: str, value: Any) -> None:
+        if not isinstance(value, str) and not (none_ok and value is None):
+            raise _refuse(feature, f"{field} must be a str, got {type(value).__name__} {value!r} "
+                                   f'(write {field}="" for {empty_means})')
+    return check
+
+
+def requirements(feature: "Feature", field: str, value: Any) -> None:
+    """Every entry parses as a requirement on the target (``requires.Require.parse``)."""
+    try:
+        for entry in value:
+            Require.parse(entry)
+    except DeclarationError as exc:
+        raise _refuse(feature, str(exc)) from None
+
+
+def engine_range(feature: "Feature", field: str, value: Any) -> None:
+    """A distribution name and version range as packaging parses it (``"sglang>=0.5,<0.6"``)."""
+    if value:
+        try:
+            EngineRange.parse(value)
+        except (InvalidSpecifier, ValueError) as exc:
+            raise _refuse(feature, f"engine range {value!r} is not a distribution name and version "
+                                   f"range like 'name>=1.2,<2' ({exc})") from None
+
+
+def version_range(feature: "Feature", field: str, value: Any) -> None:
+    """A version range as packaging parses it (``">=0.5.30"``)."""
+    if value:
+        try:
+            SpecifierSet(value)
+        except InvalidSpecifier:
+            raise _refuse(feature, f"{field} {value!r} is not a version range like '>=0.5.30'") from None
+
+
+def unique_option_names(feature: "Feature", field: str, value: Any) -> None:
+    names = [o.name for o in value]
+    if len(set(names)) != len(names):
+        raise _refuse(feature, f"duplicate option names in {names}")
+
+
+def boolean(feature: "Feature", field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise _refuse(feature, f"{field} must be True or False, got {value!r}")
+
+
+TUPLE_FIELDS = ("requires", "volatile", "options", "refs", "after")
+#: the checks of a Feature, in order: the first that fails is the error
+FEATURE_CHECKS: tuple[tuple[str, Check], ...] = (
+    ("name", feature_name), ("target", dotted_module), ("install", is_callable),
+    ("summary", one_line), *((name, frozen_tuple) for name in TUPLE_FIELDS),
+    ("engine", text("no engine: no version check", none_ok=True)),
+    ("fixed_in", text("no upstream fix")),
+    ("requires", requirements), ("engine", engine_range), ("fixed_in", version_range),
+    ("options", unique_option_names), ("default", boolean), ("live", boolean))
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +177,8 @@ class Option:
     help: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise DeclarationError(f"option name {self.name!r} is not a lower-case identifier")
-        if self.kind not in KINDS:
-            raise DeclarationError(f"option {self.name!r}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if self.kind == Kind.CHOICE and not self.choices:
-            raise DeclarationError(f"option {self.name!r}: kind 'choice' needs choices")
-        try:
-            cast(self.kind, self.default, minimum=self.minimum, maximum=self.maximum, choices=self.choices)
-        except CastError as exc:
-            raise DeclarationError(
-                f"option {self.name!r}: default {self.default!r} is not {exc.accepted}") from None
+        for name, check in OPTION_CHECKS:
+            check(self, name, getattr(self, name))
 
     def cast(self, raw: Any) -> Any:
         """Cast a raw value by this option's kind and bounds. Raises CastError."""
@@ -115,60 +240,8 @@ class Feature:
     source_sha256: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        where = f"feature {self.name!r}" + (f" ({self.source})" if self.source else "")
-        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise DeclarationError(f"{where}: name must be a lower-case identifier like 'folded_fence'")
-        if not isinstance(self.target, str) or not re.fullmatch(DOTTED_NAME, self.target):
-            raise DeclarationError(f"{where}: target {self.target!r} is not a dotted module name")
-        if not callable(self.install):
-            raise DeclarationError(f"{where}: install {self.install!r} is not callable")
-        if not isinstance(self.summary, str):
-            raise DeclarationError(f"{where}: summary must be a str (one line), got "
-                                   f"{type(self.summary).__name__} {self.summary!r}")
-        for attr in ("requires", "volatile", "options", "refs", "after"):
-            value = getattr(self, attr)
-            if not isinstance(value, tuple):  # frozen: a list would stay mutable inside it
-                hint = (f": write it as a tuple, {tuple(value)!r}" if isinstance(value, list)
-                        else f": write it as a tuple, ({value!r},)" if isinstance(value, str) else "")
-                raise DeclarationError(f"{where}: {attr} must be a tuple, got "
-                                       f"{type(value).__name__} {value!r}{hint}")
-        for attr in ("engine", "fixed_in"):
-            value = getattr(self, attr)
-            if not isinstance(value, str) and not (attr == "engine" and value is None):
-                raise DeclarationError(
-                    f"{where}: {attr} must be a str, got {type(value).__name__} {value!r} (write "
-                    f'{attr}="" for ' + ("no engine: no version check" if attr == "engine"
-                                         else "no upstream fix") + ")")
-        self._check_parsed(where)
-        names = [o.name for o in self.options]
-        if len(set(names)) != len(names):
-            raise DeclarationError(f"{where}: duplicate option names in {names}")
-        if not isinstance(self.default, bool):
-            raise DeclarationError(f"{where}: default must be True or False, got {self.default!r}")
-        if not isinstance(self.live, bool):
-            raise DeclarationError(f"{where}: live must be True or False, got {self.live!r}")
-
-    def _check_parsed(self, where: str) -> None:
-        """Parse ``requires`` (``dsv41_flags.requires``) and check ``engine`` and ``fixed_in`` as
-        packaging parses them. Raises DeclarationError."""
-        try:
-            for text in self.requires:
-                Require.parse(text)
-        except DeclarationError as exc:
-            raise DeclarationError(f"{where}: {exc}") from None
-        if self.engine:
-            try:
-                EngineRange.parse(self.engine)
-            except (InvalidSpecifier, ValueError) as exc:
-                raise DeclarationError(
-                    f"{where}: engine range {self.engine!r} is not a distribution name and version "
-                    f"range like 'name>=1.2,<2' ({exc})") from None
-        if self.fixed_in:
-            try:
-                SpecifierSet(self.fixed_in)
-            except InvalidSpecifier:
-                raise DeclarationError(
-                    f"{where}: fixed_in {self.fixed_in!r} is not a version range like '>=0.5.30'") from None
+        for name, check in FEATURE_CHECKS:
+            check(self, name, getattr(self, name))
 
     @property
     def flag(self) -> str:

@@ -21,7 +21,6 @@ Source: the launch fingerprint of the sglang#40320 workaround (a cache kept for 
 
 import hashlib
 import itertools
-import json
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -29,7 +28,8 @@ from dsv41_flags.declare import Feature
 from dsv41_flags.engine import EngineFacts, engine_facts
 from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
-from dsv41_flags.resolution import EMPTY, Resolution, _jsonable
+from dsv41_flags.resolution import EMPTY, Resolution
+from dsv41_flags.wire import dumps, jsonable
 from dsv41_flags.secrecy import MASK, is_secret, option_is_secret, secret_names
 
 #: the framework's own variables always enter (by resolved value for flags and options)
@@ -65,9 +65,8 @@ def is_sha256(text: object) -> bool:
 
 
 def canonical(payload: Mapping[str, Any]) -> bytes:
-    """Canonical JSON bytes of a payload: sorted keys, compact separators, UTF-8."""
-    return json.dumps(_jsonable(payload), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True).encode()
+    """Canonical JSON bytes of a payload (``wire.dumps``: sorted keys, compact separators, ASCII)."""
+    return dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
 def volatile_names(resolution: Resolution, features: Sequence[Feature],
@@ -357,5 +356,5 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
             what = f"option {resolved.option}" if resolved.option else "flag"
             included[key] = (f"{what} of feature {resolved.feature} (not declared volatile), "
                              f"resolved from {resolved.source}")
-    payload = {"argv": argv_part, "env": env_part, "settings": _jsonable(settings_part)}
+    payload = {"argv": argv_part, "env": env_part, "settings": jsonable(settings_part)}
     return Fingerprint(hashlib.sha256(canonical(payload)).hexdigest(), payload, excluded, included)

@@ -25,6 +25,7 @@ from dsv41_flags.errors import FlagsError
 from dsv41_flags.logs import get_logger
 from dsv41_flags.fingerprint import volatile_names
 from dsv41_flags.declare import ENV_PREFIX
+from dsv41_flags.wire import jsonable
 
 
 
@@ -55,7 +56,7 @@ def rank_view(runtime, mode: str | None = None) -> dict:
               if r.option is None or ENV_PREFIX + k not in volatile}
     view = {"armed": [f.name for f in runtime.armed()], "features": sorted(runtime.features),
             "rank_guard": mode or guard_mode(runtime),
-            "values": json.loads(json.dumps(values, default=list))}
+            "values": jsonable(values)}
     view["digest"] = hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()
     return view
 

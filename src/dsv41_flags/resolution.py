@@ -81,12 +81,3 @@ class Resolution(NamedTuple):
         """Raise SettingsError listing every error problem, if any."""
         if self.errors:
             raise SettingsError(list(self.errors))
-
-
-def _jsonable(value: Any) -> Any:
-    """``value`` with every tuple as a list, recursively (JSON-ready)."""
-    if isinstance(value, tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    return value

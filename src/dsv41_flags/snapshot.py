@@ -11,10 +11,13 @@ and the ``*_to_dict`` functions of its records), ``decode`` + ``materialize`` th
 (``Launch.from_dict`` and the ``*_from_dict`` functions). The reader treats the variable as
 untrusted text:
 
-* schema: version, keys and JSON types are checked (``SnapshotError`` naming the path, never a
-  KeyError);
-* values: every flag and option value is re-cast through its feature's declared type and bounds,
-  every reserved setting through its declared type; a key no loaded feature owns is refused;
+* schema: the pydantic models of ``snapshot_schema`` (``SnapshotWire`` and its parts: frozen, no
+  unknown key, strict JSON types) check version, keys and types (``SnapshotError`` naming the path and what is
+  accepted, never a KeyError);
+* values: every flag and option value, and every reserved setting, must be the JSON value the
+  launch writes for a value its declaration accepts (``typed_value``: a flag is a JSON boolean,
+  never ``"on"`` or ``1`` as a variable may spell it; bounds and choices checked again); a key no
+  loaded feature owns is refused;
 * secrets: a key whose name marks a secret (``secrecy.is_secret``) carries no value, only its
   source; the child reads it again there (the variable it inherited, or the settings file) and
   casts it as the launch did, or says that it cannot (SnapshotError naming key and source);
@@ -27,8 +30,9 @@ untrusted text:
   can declare something else in another process (a name, target or ``requires`` computed from the
   environment, the time, a random number), which would otherwise never be hooked. A child
   validates every declaration as the launch did;
-* size: above ``SPILL_BYTES`` the JSON goes to a private file (mode 0600, owned by this user) and
-  the variable carries ``file:<path>#sha256=<hex>``; the reader checks owner, mode and digest.
+* size: above ``SPILL_BYTES`` the JSON goes to a private file (``files.write_atomic``, mode 0600)
+  and the variable carries ``file:<path>#sha256=<hex>``; the reader checks owner and mode
+  (``files.owned_privately``) and digest.
   Linux refuses any single environment string over 128 KiB (MAX_ARG_STRLEN) at exec.
 
 Trust model: the environment is trusted like ``PYTHONPATH`` (whoever sets it can run code
@@ -49,14 +53,17 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import discover, feature_entry_points
 from dsv41_flags.errors import Problem, SnapshotError
 from dsv41_flags.text import quoted, exception_text
-from dsv41_flags.files import FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, read_regular
-from dsv41_flags.fingerprint import Fingerprint, canonical, is_sha256
+from dsv41_flags.files import (FEATURE_MAX_BYTES, SNAPSHOT_MAX_BYTES, FileRefused, owned_privately,
+                               read_regular, write_atomic)
+from dsv41_flags.fingerprint import Fingerprint, canonical
 from dsv41_flags.names import DECLARED_DEFAULT, RESERVED_TYPES, SNAPSHOT_VAR
-from dsv41_flags.resolution import EMPTY, Resolution, Resolved, _jsonable
+from dsv41_flags.resolution import EMPTY, Resolution, Resolved
+from dsv41_flags.wire import dumps, jsonable
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
 from dsv41_flags.values import CastError, Kind, cast, cast_bool
 
@@ -112,12 +119,12 @@ class Launch(NamedTuple):
                   sources: Mapping[Path, bytes]) -> "Launch":
         """Inverse of ``to_dict`` for a ``decode``-checked dict whose code was loaded:
         ``features`` (built from the verified code) and ``sources`` (path -> the verified bytes of
-        each feature file). Every value is re-cast through its feature's declared type and bounds
-        (``resolution_from_dict``). Raises SnapshotError."""
+        each feature file). Every value is checked by its JSON type and its feature's
+        declared type and bounds (``resolution_from_dict``). Raises SnapshotError."""
         return cls(resolution_from_dict(data["resolution"], features),
                    fingerprint_from_dict(data["fingerprint"]), data["features_dir"],
                    tuple(sorted((str(p), sha256_bytes(b)) for p, b in sources.items())),
-                   tuple(sorted(_pairs(data["entry_points"], "snapshot.entry_points"))),
+                   tuple(sorted(map(tuple, data["entry_points"]))),
                    data["pid"], dict(data["env"]), declarations_of(features))
 
 
@@ -131,8 +138,8 @@ def resolved_to_dict(resolved: Resolved, secret: bool = False) -> dict:
                 "value": None, "source": resolved.source, "secret": True,
                 "chain": [[s, MASK] for s, _ in resolved.chain]}
     return {"key": resolved.key, "feature": resolved.feature, "option": resolved.option,
-            "value": _jsonable(resolved.value), "source": resolved.source,
-            "chain": [[s, _jsonable(v)] for s, v in resolved.chain]}
+            "value": jsonable(resolved.value), "source": resolved.source,
+            "chain": [[s, jsonable(v)] for s, v in resolved.chain]}
 
 
 def _secret_value(key: str, entry: Mapping, feature: Feature, option) -> Any:
@@ -158,9 +165,35 @@ def _secret_value(key: str, entry: Mapping, feature: Feature, option) -> Any:
                     f"value; accepted: {exc.accepted}") from None
 
 
+#: how each JSON type is named in a refusal
+_JSON_KINDS = {bool: "a JSON boolean (true or false)", int: "a JSON integer", str: "a JSON string",
+               float: "a JSON number with a fraction (1.0)", list: "a JSON array",
+               dict: "a JSON object", type(None): "null"}
+
+
+def typed_value(where: str, what: str, caster: Callable[[Any], Any], raw: Any) -> Any:
+    """The typed value of the snapshot value ``raw``, checked by its JSON type: ``caster(raw)``
+    (the declared type, bounds and choices) and then ``raw`` must be exactly the JSON the launch
+    writes for that value (``jsonable``). So a flag is a JSON boolean: ``"on"``, ``"1"`` or ``1``
+    are spellings a variable may use, and a snapshot value is never cast like a variable; an int
+    option is a JSON integer, never ``"5"``. Raises SnapshotError naming ``where`` (the key and
+    the value), ``what`` (``flag X``) and what is accepted."""
+    try:
+        value = caster(raw)
+    except CastError as exc:
+        raise _fail(f"{where} is not a valid value for {what}; accepted: {exc.accepted}") from None
+    written = jsonable(value)
+    if dumps(written) != dumps(raw):
+        raise _fail(f"{where} is not a valid value for {what}; accepted: "
+                    f"{_JSON_KINDS.get(type(written), 'JSON')}, as the launch writes it "
+                    f"({_short(dumps(written))} for this value), not {_JSON_KINDS.get(type(raw), 'JSON')}")
+    return value
+
+
 def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
-    """Inverse of ``resolved_to_dict`` for ``key`` of ``feature``: the value re-cast through the
-    feature's declared type and bounds. Raises SnapshotError naming the key and what is wrong."""
+    """Inverse of ``resolved_to_dict`` for ``key`` of ``feature``: the value checked by its JSON
+    type and the feature's declared type and bounds (``typed_value``). Raises SnapshotError
+    naming the key and what is wrong."""
     where = f"snapshot value {key}={_short(entry['value'])}"
     keys = feature.keys()
     if key not in keys:
@@ -174,12 +207,8 @@ def resolved_from_dict(key: str, entry: Mapping, feature: Feature) -> Resolved:
         chain = tuple((s, v) for s, v in entry["chain"])
         return Resolved(key, feature.name, option.name if option else None,
                         _secret_value(key, entry, feature, option), entry["source"], chain)
-    try:
-        value = cast_bool(entry["value"]) if option is None else option.cast(entry["value"])
-    except CastError as exc:
-        raise _fail(f"{where} is not a valid value for "
-                    + (f"flag {key}" if option is None else f"{option.kind} option {key}")
-                    + f"; accepted: {exc.accepted}") from None
+    value = typed_value(where, f"flag {key}" if option is None else f"{option.kind} option {key}",
+                        cast_bool if option is None else option.cast, entry["value"])
     chain = tuple((s, tuple(v) if isinstance(v, list) else v) for s, v in entry["chain"])
     return Resolved(key, feature.name, option.name if option else None, value, entry["source"], chain)
 
@@ -192,7 +221,7 @@ def resolution_to_dict(resolution: Resolution) -> dict:
             "files": list(resolution.files),
             "values": {k: resolved_to_dict(v, bool(is_secret(k, secrets)))
                        for k, v in resolution.values.items()},
-            "reserved": {k: _jsonable(v) for k, v in resolution.reserved.items()},
+            "reserved": {k: jsonable(v) for k, v in resolution.reserved.items()},
             "volatile_sources": dict(resolution.volatile_sources),
             "problems": [[p.key, p.origin, p.message, p.severity] for p in resolution.problems],
             "notes": list(resolution.notes)}
@@ -200,8 +229,8 @@ def resolution_to_dict(resolution: Resolution) -> dict:
 
 def resolution_from_dict(res: Mapping, features: Sequence[Feature]) -> Resolution:
     """Inverse of ``resolution_to_dict`` for a ``decode``-checked dict: every key must belong to
-    one of ``features`` (re-cast by ``resolved_from_dict``) and every key of them be present;
-    reserved settings re-cast by their declared types. Raises SnapshotError."""
+    one of ``features`` (checked by ``resolved_from_dict``) and every key of them be present;
+    reserved settings checked by their declared types (``typed_value``). Raises SnapshotError."""
     by_key = {k: f for f in features for k in f.keys()}
     values: dict[str, Resolved] = {}
     for key, entry in res["values"].items():
@@ -264,20 +293,16 @@ def sha256_bytes(data: bytes) -> str:
 # ------------------------------------------------------------------------------- encode
 def encode(launch: Launch, *, spill_bytes: int = SPILL_BYTES, spill_dir: str | None = None) -> str:
     """The value of ``DSV41_SNAPSHOT`` for ``launch``: compact JSON, or, above ``spill_bytes``,
-    ``file:<path>#sha256=<hex>`` naming a private file (0600, created with ``mkstemp`` in
+    ``file:<path>#sha256=<hex>`` naming a private file (0600, ``files.write_atomic`` in
     ``spill_dir`` / the temporary directory) that holds the JSON. Raises OSError when the file
     cannot be written (nothing half-written is left)."""
-    text = json.dumps(launch.to_dict(), separators=(",", ":"), ensure_ascii=True)
+    text = dumps(launch.to_dict(), separators=(",", ":"))
     if len(text) <= spill_bytes:
         return text
     data = text.encode()
-    fd, path = tempfile.mkstemp(prefix=f"dsv41-launch-{os.getpid()}-", suffix=".json", dir=spill_dir)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-    except BaseException:
-        Path(path).unlink(missing_ok=True)
-        raise
+    name = f"dsv41-launch-{os.getpid()}-{os.urandom(8).hex()}.json"
+    path = Path(spill_dir or tempfile.gettempdir()) / name
+    write_atomic(path, data, mode=0o600)
     return f"{FILE_PREFIX}{path}#sha256={sha256_bytes(data)}"
 
 
@@ -305,13 +330,8 @@ def _text(raw: str) -> str:
         raise _fail(f"{quoted(raw)} is not 'file:<absolute path>#sha256=<64 hex>'")
     path = m["path"]
 
-    def private(st: os.stat_result) -> None:
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise _fail(f"spill file {path} is not a private regular file of this user "
-                        f"(mode {oct(st.st_mode & 0o777)}, owner uid {st.st_uid})")
-
     try:
-        data = read_regular(path, SNAPSHOT_MAX_BYTES, follow_symlinks=False, check=private)
+        data = read_regular(path, SNAPSHOT_MAX_BYTES, follow_symlinks=False, check=owned_privately(path))
     except FileRefused as exc:
         raise _fail(f"spill file {exc}") from None
     if sha256_bytes(data) != m["digest"]:
@@ -323,58 +343,14 @@ def _text(raw: str) -> str:
         raise _fail(f"spill file {path} is not UTF-8") from None
 
 
-def _need(d: Any, key: str, kinds, where: str) -> Any:
-    if not isinstance(d, dict) or key not in d:
-        raise _fail(f"{where}.{key} is missing")
-    value = d[key]
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _tuple(kinds)):
-        raise _fail(f"{where}.{key} = {_short(value)} is not {_names(kinds)}")
-    return value
-
-
-def _tuple(kinds) -> tuple:
-    return kinds if isinstance(kinds, tuple) else (kinds,)
-
-
-def _names(kinds) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer",
-             type(None): "null", bool: "a boolean"}
-    return " or ".join(names.get(k, k.__name__) for k in _tuple(kinds))
-
-
 def _short(value: Any) -> str:
     return quoted(value, 80)
-
-
-def _strs(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _fail(f"{where} = {_short(value)} is not a list of strings")
-    return value
-
-
-def _str_map(value: Any, where: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise _fail(f"{where} = {_short(value)} is not an object of strings")
-    return value
-
-
-def _pairs(value: Any, where: str, second=None) -> list[tuple[str, str]]:
-    if not isinstance(value, list):
-        raise _fail(f"{where} = {_short(value)} is not a list of [string, string] pairs")
-    out = []
-    for item in value:
-        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
-            raise _fail(f"{where} item {_short(item)} is not a [string, string] pair")
-        if second is not None and not second(item[1]):
-            raise _fail(f"{where} item {_short(item)}: {quoted(item[1])} is not a sha256 (64 lower-case hex)")
-        out.append((item[0], item[1]))
-    return out
 
 
 def decode(raw: str) -> dict:
     """Parse and schema-check a ``DSV41_SNAPSHOT`` value (JSON or a spill reference).
 
-    Returns the checked dict (types of every key verified; values not yet re-cast: see
+    Returns the checked dict (``SnapshotWire`` validated it; values not yet checked: see
     ``materialize``). Raises SnapshotError naming what is wrong; never KeyError/TypeError."""
     text = _text(raw)
     try:
@@ -388,57 +364,20 @@ def decode(raw: str) -> dict:
     if version != VERSION or isinstance(version, bool):
         raise _fail(f"schema version {_short(version)} is not {VERSION}",
                     "written by another version of dsv41_flags? unset it or relaunch")
-    known = {"v", "pid", "env", "resolution", "fingerprint", "features_dir", "feature_files",
-             "entry_points", "declarations"}
-    extra = sorted(set(data) - known)
-    if extra:
-        raise _fail(f"unknown key(s) {', '.join(map(repr, extra))}")
-    _need(data, "pid", (int, type(None)), "snapshot")
-    _str_map(_need(data, "env", dict, "snapshot"), "snapshot.env")
-    _need(data, "features_dir", (str, type(None)), "snapshot")
-    _pairs(_need(data, "feature_files", list, "snapshot"), "snapshot.feature_files", is_sha256)
-    _pairs(_need(data, "entry_points", list, "snapshot"), "snapshot.entry_points")
-    declarations = _need(data, "declarations", dict, "snapshot")
-    for name, declared in declarations.items():
-        _str_map(declared, f"snapshot.declarations[{quoted(name)}]")
-    fp = _need(data, "fingerprint", dict, "snapshot")
-    digest = _need(fp, "digest", str, "snapshot.fingerprint")
-    if not is_sha256(digest):
-        raise _fail(f"snapshot.fingerprint.digest = {_short(digest)} is not a sha256")
-    payload = _need(fp, "payload", dict, "snapshot.fingerprint")
-    _strs(_need(payload, "argv", list, "snapshot.fingerprint.payload"), "snapshot.fingerprint.payload.argv")
-    _str_map(_need(payload, "env", dict, "snapshot.fingerprint.payload"), "snapshot.fingerprint.payload.env")
-    _need(payload, "settings", dict, "snapshot.fingerprint.payload")
-    _str_map(fp.get("excluded", {}), "snapshot.fingerprint.excluded")
-    recomputed = hashlib.sha256(canonical(payload)).hexdigest()
-    if recomputed != digest:
-        raise _fail(f"snapshot.fingerprint.digest {digest[:12]}... is not the sha256 of its payload "
-                    f"({recomputed[:12]}...)", "the value was edited or damaged: relaunch")
-    res = _need(data, "resolution", dict, "snapshot")
-    _need(res, "profile", str, "snapshot.resolution")
-    _strs(_need(res, "profiles", list, "snapshot.resolution"), "snapshot.resolution.profiles")
-    _strs(_need(res, "files", list, "snapshot.resolution"), "snapshot.resolution.files")
-    _strs(res.get("notes", []), "snapshot.resolution.notes")
-    _str_map(res.get("volatile_sources", {}), "snapshot.resolution.volatile_sources")
-    problems = res.get("problems", [])
-    if not isinstance(problems, list) or not all(
-            isinstance(p, list) and len(p) == 4 and all(isinstance(x, str) for x in p) for p in problems):
-        raise _fail(f"snapshot.resolution.problems = {_short(problems)} is not a list of 4 strings each")
-    _need(res, "reserved", dict, "snapshot.resolution")
-    values = _need(res, "values", dict, "snapshot.resolution")
-    for key, entry in values.items():
-        where = f"snapshot.resolution.values[{quoted(key)}]"
-        _need(entry, "key", str, where)
-        _need(entry, "feature", str, where)
-        _need(entry, "option", (str, type(None)), where)
-        _need(entry, "source", str, where)
-        if "value" not in entry:
-            raise _fail(f"{where}.value is missing")
-        chain = _need(entry, "chain", list, where)
-        if not all(isinstance(c, list) and len(c) == 2 and isinstance(c[0], str) for c in chain):
-            raise _fail(f"{where}.chain is not a list of [source, value] pairs")
+    from dsv41_flags.snapshot_schema import SnapshotWire, problem  # pydantic: where one is read
+
+    wrong = problem(SnapshotWire, data, "snapshot")
+    if wrong:
+        raise _fail(wrong)
+    fp = data["fingerprint"]
+    recomputed = hashlib.sha256(canonical(fp["payload"])).hexdigest()
+    if recomputed != fp["digest"]:
+        raise _fail(f"snapshot.fingerprint.digest {fp['digest'][:12]}... is not the sha256 of its "
+                    f"payload ({recomputed[:12]}...)", "the value was edited or damaged: relaunch")
+    for key, entry in data["resolution"]["values"].items():
         if entry["key"] != key:
-            raise _fail(f"{where}.key = {quoted(entry['key'])} differs from its place {quoted(key)}")
+            raise _fail(f"snapshot.resolution.values[{quoted(key)}].key = {quoted(entry['key'])} "
+                        f"differs from its place {quoted(key)}")
     return data
 
 
@@ -476,7 +415,7 @@ def verified_sources(data: Mapping) -> dict[Path, bytes]:
     Raises SnapshotError otherwise."""
     from dsv41_flags.discovery import SHIPPED_FEATURES
 
-    files = _pairs(data["feature_files"], "snapshot.feature_files", is_sha256)
+    files = data["feature_files"]
     base = Path(data["features_dir"]).resolve() if data["features_dir"] else None
     out: dict[Path, bytes] = {}
     for name, digest in files:
@@ -498,23 +437,22 @@ def verified_sources(data: Mapping) -> dict[Path, bytes]:
 
 
 def _reserved(reserved: Mapping) -> dict[str, Any]:
+    """The reserved settings of a snapshot, each checked by its declared type (``typed_value``)
+    and ``FINGERPRINT`` by its shape. Raises SnapshotError."""
     out: dict[str, Any] = {}
     for key, (kind, _default, choices) in RESERVED_TYPES.items():
         if key not in reserved:
             raise _fail(f"reserved setting {key} is missing")
-        try:
-            out[key] = cast(kind, reserved[key], choices=choices)
-        except CastError as exc:
-            raise _fail(f"reserved setting {key}={_short(reserved[key])} is not valid; accepted: "
-                        f"{exc.accepted}") from None
+        out[key] = typed_value(f"reserved setting {key}={_short(reserved[key])}", f"{kind} setting {key}",
+                               lambda v, kind=kind, choices=choices: cast(kind, v, choices=choices),
+                               reserved[key])
+    from dsv41_flags.snapshot_schema import FINGERPRINT_SETTING, problem
+
     fp = reserved.get("FINGERPRINT")
-    if not isinstance(fp, dict):
-        raise _fail(f"reserved setting FINGERPRINT = {_short(fp)} is not an object")
-    out["FINGERPRINT"] = {}
-    for name, value in fp.items():  # lists of strings, or string -> string tables (sources)
-        where = f"FINGERPRINT.{name}"
-        out["FINGERPRINT"][name] = (tuple(_strs(value, where)) if isinstance(value, list)
-                                    else dict(_str_map(value, where)))
+    wrong = problem(FINGERPRINT_SETTING, fp, "reserved setting FINGERPRINT")
+    if wrong:
+        raise _fail(wrong)
+    out["FINGERPRINT"] = {name: tuple(v) if isinstance(v, list) else dict(v) for name, v in fp.items()}
     for name in ("prefixes", "volatile", "volatile_argv"):
         if not isinstance(out["FINGERPRINT"].get(name, ()), tuple):
             raise _fail(f"reserved setting FINGERPRINT.{name} is not a list of strings")
@@ -528,12 +466,12 @@ def materialize(data: Mapping, *, discover_features=None) -> tuple[Launch, tuple
     """The Launch and its features from a ``decode``-checked dict.
 
     Entry points must be declared by an installed distribution; feature files must match their
-    recorded sha256 (the verified bytes are what is executed); every value is re-cast through its
-    feature's declared type and bounds; every key of every loaded feature must be present and no
+    recorded sha256 (the verified bytes are what is executed); every value is checked by its JSON
+    type and its feature's declared type and bounds; every key of every loaded feature must be present and no
     other. Raises SnapshotError (DeclarationError from a feature module that fails to import).
     """
     discover_features = discover_features or discover
-    eps = _pairs(data["entry_points"], "snapshot.entry_points")
+    eps = [tuple(p) for p in data["entry_points"]]
     unknown = sorted(set(eps) - installed_entry_points()) if eps else []  # scan only when needed
     if unknown:
         raise _fail(f"entry point(s) {', '.join(f'{n} = {v}' for n, v in unknown)} are not declared "

@@ -279,7 +279,7 @@ def test_stale_temporaries_cleaned_live_ones_kept(feature, tmp_path, log):
     boot; a live writer's fresh one is kept."""
     mod, fp = feature
     cache = _cache(tmp_path, fp)
-    from dsv41_flags.cache_keeping import _host
+    from dsv41_flags.files import host_tag as _host
     host = _host()
     proc = subprocess.Popen(["true"])
     proc.wait()

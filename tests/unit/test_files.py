@@ -1,12 +1,13 @@
-"""``dsv41_flags.files.read_regular``: the one bounded, non-blocking file reader refuses what is
-not a small regular file (FIFO, device, directory, a link it must not follow, over its cap, a link
-loop), naming the path and why; it never blocks."""
+"""``dsv41_flags.files``: the one bounded, non-blocking file reader refuses what is not a small
+regular file (FIFO, device, directory, a link it must not follow, over its cap, a link loop),
+naming the path and why, and never blocks; the owner check refuses a file others may read; the
+one atomic write replaces a file whole, never through a link, and leaves nothing behind."""
 
 import os
 
 import pytest
 
-from dsv41_flags.files import FileRefused, read_regular
+from dsv41_flags.files import FileRefused, SymlinkRefused, owned_privately, read_regular, write_atomic
 
 from ._bounded import no_block
 
@@ -49,3 +50,41 @@ def test_read_regular_refuses_what_is_not_a_small_regular_file(tmp_path):
             read_regular(path, max_bytes=cap, follow_symlinks=follow)
         assert why in str(exc.value) and str(path) in str(exc.value)
     assert read_regular(tmp_path / "l", max_bytes=5) == b"12345"
+
+
+def test_write_atomic_replaces_whole_keeps_or_sets_the_mode_and_refuses_links(tmp_path):
+    path = tmp_path / "side.launch"
+    assert write_atomic(path, b"one") == path and path.read_bytes() == b"one"
+    os.chmod(path, 0o640)
+    write_atomic(path, b"two")
+    assert path.read_bytes() == b"two" and path.stat().st_mode & 0o777 == 0o640  # mode kept
+    private = write_atomic(tmp_path / "spill.json", b"{}", mode=0o600)
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert read_regular(private, 10, check=owned_privately(private)) == b"{}"
+    link = tmp_path / "link"
+    link.symlink_to(path)
+    with pytest.raises(SymlinkRefused):
+        write_atomic(link, b"through")
+    assert path.read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "side.launch", "spill.json"]
+
+
+def test_write_atomic_failure_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "c.json"
+    path.write_bytes(b"old")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(path, b"new")
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["c.json"]
+
+
+def test_owned_privately_refuses_a_file_others_may_read(tmp_path):
+    path = tmp_path / "spill.json"
+    path.write_bytes(b"{}")
+    os.chmod(path, 0o644)
+    with pytest.raises(FileRefused, match=r"is not a private regular file of this user \(mode 0o644"):
+        read_regular(path, 10, check=owned_privately(path))

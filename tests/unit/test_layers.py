@@ -24,11 +24,12 @@ import dsv41_flags
 PACKAGE = Path(dsv41_flags.__file__).resolve().parent
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation", {"errors", "names", "values", "text", "files", "logs", "state", "engine", "secrecy"}),
+    ("foundation", {"errors", "names", "values", "text", "wire", "files", "logs", "state", "engine",
+                    "secrecy"}),
     ("declarations", {"requires", "declare"}),
     ("settings", {"resolution", "settings_files", "settings"}),
     ("resolution", {"fingerprint"}),
-    ("features", {"discovery", "drift", "snapshot", "status"}),
+    ("features", {"discovery", "drift", "snapshot_schema", "snapshot", "status"}),
     ("hooks", {"hooks"}),
     ("install", {"wrappers", "live", "patch", "runtime", "rank_guard", "assembly"}),
     ("events", {"error_policy", "activation", "children"}),

@@ -66,6 +66,48 @@ def test_ill_typed_option_in_snapshot_is_refused_not_installed(project):
         child(json.dumps(data))
 
 
+@pytest.mark.parametrize("key, value, accepted", [
+    ("DEMO_PATCH", "on", "a JSON boolean"),          # a variable's spelling, cast_bool accepts it
+    ("DEMO_PATCH", "true", "a JSON boolean"),
+    ("DEMO_PATCH", 1, "a JSON boolean"),
+    ("DEMO_PATCH", 0, "a JSON boolean"),
+    ("DEMO_PATCH", "", "a JSON boolean"),            # empty text is "off" in a variable
+    ("DEMO_PATCH_N", "5", "a JSON integer"),
+    ("DEMO_PATCH_N", " 5", "a JSON integer"),
+    ("DEMO_PATCH_N", 5.0, "an integer"),
+])
+def test_snapshot_values_are_checked_by_json_type_not_cast_like_variables(project, key, value, accepted):
+    """A snapshot value is the JSON the launch wrote: a flag is a JSON boolean and an int option a
+    JSON integer; a string or number the variable rules would cast is refused, naming the key."""
+    data = json.loads(parent(project).snapshot())
+    data["resolution"]["values"][key]["value"] = value
+    with pytest.raises(SnapshotError, match=rf"snapshot value {key}=.*accepted: {accepted}"):
+        child(json.dumps(data))
+
+
+@pytest.mark.parametrize("key, value", [("STRICT", "true"), ("STRICT", 1), ("LOG_LEVEL", " info")])
+def test_snapshot_reserved_settings_are_checked_by_json_type(project, key, value):
+    data = json.loads(parent(project).snapshot())
+    data["resolution"]["reserved"][key] = value
+    with pytest.raises(SnapshotError, match=rf"reserved setting {key}=.*accepted: a JSON"):
+        child(json.dumps(data))
+
+
+@pytest.mark.parametrize("where, mutate, message", [
+    ("pid", lambda d: d.update(pid="1"), r"snapshot\.pid = '1': Input should be a valid integer"),
+    ("env", lambda d: d.update(env={"A": 1}), r"snapshot\.env\.A = 1: Input should be a valid string"),
+    ("secret", lambda d: d["resolution"]["values"]["DEMO_PATCH"].update(secret="yes"),
+     r"values\.DEMO_PATCH\.secret = 'yes': Input should be a valid boolean"),
+    ("missing", lambda d: d["resolution"].pop("files"), r"snapshot\.resolution\.files is missing"),
+    ("extra", lambda d: d["fingerprint"].update(salt=1), r"unknown key snapshot\.fingerprint\.salt"),
+])
+def test_snapshot_schema_errors_name_the_path_and_what_is_accepted(project, where, mutate, message):
+    data = json.loads(parent(project).snapshot())
+    mutate(data)
+    with pytest.raises(SnapshotError, match=message):
+        child(json.dumps(data))
+
+
 def test_snapshot_cannot_name_code_to_run(project, tmp_path):
     launched = parent(project)
     data = json.loads(launched.snapshot())

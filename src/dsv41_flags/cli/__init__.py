@@ -26,7 +26,7 @@ from dsv41_flags.secrecy import MASK, is_secret, masked_changes, masked_explanat
 from dsv41_flags.snapshot import Launch, resolved_to_dict
 from dsv41_flags.assembly import resolve_launch
 from dsv41_flags.runtime import Runtime
-from dsv41_flags.resolution import _jsonable
+from dsv41_flags.wire import jsonable
 from dsv41_flags.state import Cell, State, blocks_boot
 from dsv41_flags.status import FeatureStatus, preview
 
@@ -505,10 +505,10 @@ def _explained(resolved, kind: str, caster) -> dict:
     for source, raw in resolved.chain:
         try:
             cast_layer(key, kind, caster, source, raw)
-            layers.append({"source": source, "raw": _jsonable(raw), "valid": True, "error": "",
+            layers.append({"source": source, "raw": jsonable(raw), "valid": True, "error": "",
                            "wins": False})
         except CastError as exc:
-            layers.append({"source": source, "raw": _jsonable(raw), "valid": False,
+            layers.append({"source": source, "raw": jsonable(raw), "valid": False,
                            "error": f"accepted: {exc.accepted}", "wins": False})
     for layer in reversed(layers):
         if layer["valid"] and layer["source"] == resolved.source:

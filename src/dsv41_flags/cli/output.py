@@ -14,7 +14,7 @@ that data holds, the terminal shows it as written and nothing else:
   ``rich.text.Text`` (``[/]`` and ``sglang[all]==0.5.24`` print as written), and styles come
   only from the ``style=`` of the call.
 
-JSON output (``--json``) is written with ``json.dumps(ensure_ascii=True)``, which escapes the
+JSON output (``--json``) is written with ``wire.dumps`` (strict JSON, ASCII), which escapes the
 same characters on its own.
 
 **Output that cannot be written.** A standard stream may be closed (``CMD >&-``, ``2>&-``),
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import errno
 import io
-import json
 import os
 import sys
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from dsv41_flags.resolution import _jsonable
+from dsv41_flags.wire import dumps, jsonable
 from dsv41_flags.secrecy import masked_data, masked_text
 from dsv41_flags.text import UNSAFE_CATEGORIES, safe_text  # noqa: F401 (the CLI's names for them)
 
@@ -180,9 +179,7 @@ def emit_json(data: Any) -> None:
     reaches the terminal); a tuple is a list, an object JSON cannot hold its ``str``, a NaN or an
     Infinity from outside data the text ``"NaN"`` / ``"Infinity"``; every URL in a string masked
     (``secrecy.masked_data``)."""
-    plain = json.loads(json.dumps(_jsonable(data), default=str), parse_constant=str)
-    text = json.dumps(masked_data(plain), indent=2, allow_nan=False)
-    out.write_text(text + "\n")
+    out.write_text(dumps(masked_data(jsonable(data)), indent=2) + "\n")
 
 
 def console(*, stderr: bool = False, **kwargs: Any) -> SafeConsole:

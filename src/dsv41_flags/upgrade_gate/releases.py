@@ -47,6 +47,7 @@ from packaging.version import InvalidVersion, Version
 from dsv41_flags.upgrade_gate.sources import (
     SOURCE_MAX_BYTES, SourceView, Unreadable, find_in_dir, module_parts, read_file)
 from dsv41_flags.text import exception_text
+from dsv41_flags.files import write_atomic
 
 PIP_TIMEOUT_S = 900
 #: the largest zip central directory read (bytes): a real engine wheel's is under 1 MB (about
@@ -522,8 +523,7 @@ def _fetch(spec: str, req: Requirement, engines: tuple[str, ...], cache: Path) -
         wheels = sorted(tmp.glob("*.whl"))
         if proc.returncode != 0 or not wheels:
             return Release(spec, error=_download_failure(req, proc.returncode, proc.stderr))
-        final = cache / wheels[0].name
-        os.replace(wheels[0], final)
+        final = write_atomic(cache / wheels[0].name, wheels[0].read_bytes())
         return _open_wheel(spec, final, engines)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

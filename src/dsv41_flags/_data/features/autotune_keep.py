@@ -30,7 +30,6 @@ from pathlib import Path
 
 import dsv41_flags.cache_keeping as flags
 from dsv41_flags import Feature, Option
-from dsv41_flags.cache_keeping import read_regular
 
 # The sidecar helpers are reached as ``flags.<name>`` when install runs, not imported here: a child
 # process re-reads this file for its declaration at every boot, and the framework loads a public
@@ -50,19 +49,17 @@ CACHE_MAX_BYTES = 256 << 20
 def read_cache(cache_path: Path):
     """The cache's JSON content, or None when it is unreadable or not JSON (a FIFO, a device, a
     file over ``CACHE_MAX_BYTES``, bad UTF-8, JSON nested too deeply). Never blocks (opened
-    non-blocking, ``fstat``-checked by ``read_regular``). Raises FileNotFoundError (no cache)
-    and IsADirectoryError."""
+    non-blocking, ``fstat``-checked by ``cache_keeping.read_json``). Raises FileNotFoundError (no
+    cache) and IsADirectoryError."""
     try:
-        data = read_regular(cache_path, max_bytes=CACHE_MAX_BYTES)
+        return flags.read_json(cache_path, CACHE_MAX_BYTES)
+    except ValueError:
+        return None
     except OSError as exc:
         if exc.errno == errno.ENOENT:
             raise FileNotFoundError(errno.ENOENT, "no cache", str(cache_path)) from None
         if os.path.isdir(cache_path):
             raise IsADirectoryError(errno.EISDIR, "a directory", str(cache_path)) from None
-        return None
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
         return None
 
 
@@ -201,7 +198,7 @@ def boot_digest(cache_path: Path, env, fingerprint, keep: int, log, stock) -> st
     stock digest answers for it, without handing it to the stock code.
     Leftover temporaries of crashed writes beside the cache are removed first. Never raises
     OSError (a cache vanishing under a concurrent engine counts as no cache), never blocks on a
-    cache or sidecar that is a FIFO or device (read non-blocking, ``read_regular``); the stock
+    cache or sidecar that is a FIFO or device (read non-blocking, ``cache_keeping.read_json``); the stock
     digest runs outside the lock."""
     cache_path = Path(cache_path)
     with cache_lock(cache_path, log):

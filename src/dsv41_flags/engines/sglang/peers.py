@@ -30,6 +30,7 @@ from typing import Any
 
 from dsv41_flags.errors import FlagsError, SwitchError
 from dsv41_flags.text import exception_text
+from dsv41_flags.wire import dumps
 
 #: seconds the HTTP process waits for one peer's answer
 PEER_TIMEOUT_S = 10.0
@@ -138,7 +139,7 @@ class Listener:
             except ValueError:
                 reply = {"ok": False, "reason": "a request is a JSON object"}
             try:
-                self.socket.send(json.dumps(reply, default=str).encode())
+                self.socket.send(dumps(reply).encode())
             except Exception:  # noqa: BLE001
                 return
 

@@ -53,6 +53,7 @@ from dsv41_flags.errors import FlagsError
 from dsv41_flags.live import BUILTIN, SwitchError, check_requested_by, feature_name
 from dsv41_flags.status import process_status, serving
 from dsv41_flags.text import exception_text
+from dsv41_flags.wire import dumps
 
 SCHEDULER_MODULE = "sglang.srt.managers.scheduler"
 SET_METHOD = "dsv41_flags_set"
@@ -250,7 +251,7 @@ def _groups() -> int:
 
 
 def _answer(rt, data: dict) -> None:
-    rt.live.reply = json.dumps(data, default=str)
+    rt.live.reply = dumps(data)
 
 
 def _group_entry(scheduler) -> bool:
