@@ -46,7 +46,7 @@ def option_kind(option: "Option", field: str, value: Any) -> None:
     """One of ``values.KINDS``; a ``choice`` has choices."""
     if value not in KINDS:
         raise _refuse(option, f"kind {value!r} is not one of {', '.join(KINDS)}")
-    if value == "choice" and not option.choices:
+    if value == Kind.CHOICE and not option.choices:
         raise _refuse(option, "kind 'choice' needs choices")
 
 

@@ -90,7 +90,10 @@ class EngineAdapter:
       every rank; remote_switch / remote_status: ``(url, name, value, requested_by, *, api_key,
       timeout_s) -> answer`` and ``(url, *, api_key, timeout_s) -> answer``: the same through the
       engine's running server, the answer as decoded JSON (``engines.http_client``). Default:
-      SwitchError. Every hook may raise; the core applies the error policy.
+      SwitchError;
+    server_command: ``(args, *, cpu) -> (argv, env)``: the command line of the engine's server
+      with the operator's ``args`` (``dsv41-flags serve``; ``cpu``: on a CPU-only machine).
+      Default: SwitchError. Every hook may raise; the core applies the error policy.
     """
 
     name: str
@@ -106,6 +109,7 @@ class EngineAdapter:
     status: Callable[..., dict] = _no_live
     remote_switch: Callable[..., dict] = _no_live
     remote_status: Callable[..., dict] = _no_live
+    server_command: Callable[..., tuple] = _no_live
 
 
 #: no engine installed: no default range, no engine variables, no hook points

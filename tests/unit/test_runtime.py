@@ -381,8 +381,8 @@ def test_an_overwritten_patch_reads_lost_in_states_and_the_status_answer_without
     mod.Engine.step = lambda self, **kw: "someone else"
     with capture_logs() as logs:
         answer = process_status(rt)
-    row, = [f for f in answer["features"] if f["name"] == "wrap_step"]
-    assert row["state"] == "lost" and "Engine.step" in row["detail"]
+    row, = [f for f in answer.features if f.name == "wrap_step"]
+    assert row.state == "lost" and "Engine.step" in row.detail
     assert [e["event"] for e in logs].count("feature.lost") == 1
     with capture_logs() as logs:                                  # reported once, not per read
         assert next(s for s in rt.states() if s.name == "wrap_step").state == "lost"

@@ -26,6 +26,7 @@ SHARED = {"off"}
 OTHER_MEANING = {
     ("upgrade_gate/sources.py", "installed"): "the label of the installed engine release",
     ("rank_guard.py", "armed"): "the field of the flags.resolved payload compared across ranks",
+    ("snapshot_schema.py", "missing"): "pydantic's error type for an absent field, not a verdict",
     ("cli/__init__.py", "ok"): "validate's overall answer (ok or invalid), not a verdict",
 }
 

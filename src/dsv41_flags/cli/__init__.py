@@ -828,26 +828,31 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         raise typer.Exit(126) from None
 
 
-@app.command(short_help="Start sglang's server with dsv41_flags; --cpu on a CPU-only machine.",
+@app.command(short_help="Start the engine's server with dsv41_flags; --cpu on a CPU-only machine.",
              context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             options_metavar="[OPTIONS] [SGLANG OPTIONS]...")
+             options_metavar="[OPTIONS] [SERVER OPTIONS]...")
 def serve(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
           profile: Optional[str] = ProfileOpt,
           cpu: bool = typer.Option(False, "--cpu", help="Serve on this machine's CPU: the package's "
                                    "CPU platform, CPU options and, without --model-path, the "
                                    "shipped tiny model (docs/quickstart.md).")) -> None:
-    """Replace this process with ``python -m sglang.launch_server SGLANG OPTIONS`` (passed on
-    unchanged; ``--cpu`` adds what a CPU-only machine needs, each only where not given:
-    ``engines/sglang/launch_server.py``). The settings are resolved here first: a bad settings
+    """Replace this process with the engine's server (``EngineAdapter.server_command``: for
+    sglang, ``python -m sglang.launch_server SERVER OPTIONS``), its options passed on unchanged;
+    ``--cpu`` adds what a CPU-only machine needs, each only where not given. The settings are resolved here first: a bad settings
     file or value, or a launch that strict mode would stop, is refused before sglang starts
     (exit 1, with the message status gives). ``--settings`` and ``--profile`` reach every process
     of the server as ``DSV41_SETTINGS`` and ``DSV41_ENV``; the plugin activates each one."""
     from dsv41_flags.assembly import build
-    from dsv41_flags.engines.sglang.launch_server import server_command
+    from dsv41_flags.engine import adapter
     from dsv41_flags.launcher import exec_command
     from dsv41_flags.names import PROFILE_VAR, SETTINGS_VAR
 
-    argv, env = server_command(list(ctx.args), cpu=cpu)
+    engine = adapter()
+    try:
+        argv, env = engine.server_command(list(ctx.args), cpu=cpu)
+    except FlagsError as exc:
+        err.print(f"error: {exc}", style="red", highlight=False)
+        raise typer.Exit(2) from None
     if settings:
         env[SETTINGS_VAR] = os.pathsep.join(str(p) for p in settings)
     if profile:
@@ -862,7 +867,7 @@ def serve(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
                               rt.resolution)
     if blockers:
         _print_blockers(blockers)
-        err.print("error: not starting sglang's server", style="red", highlight=False)
+        err.print(f"error: not starting {engine.name}'s server", style="red", highlight=False)
         raise typer.Exit(1)
     try:
         exec_command(argv, env)

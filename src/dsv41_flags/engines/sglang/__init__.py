@@ -5,7 +5,11 @@
 - ``processes``: roles and ranks of sglang's processes and the hook points the core's activation
   drives (rank guard, live transport, serving report);
 - ``rpc``: the live-switch methods on every scheduler rank and the client of sglang's RPC channel;
-- ``http``: the live routes on sglang's HTTP server and the CLI's calls to them.
+- ``http``: the live routes on sglang's HTTP server and the CLI's calls to them;
+- ``peers``: a live switch in the launch's processes outside the schedulers;
+- ``metrics``: flag state on sglang's ``/metrics``;
+- ``launch_server`` and ``cpu_platform``: ``dsv41-flags serve`` (the server's command line, the
+  CPU platform plugin).
 
 Public, sglang-only calls: ``switch_engine`` and ``engine_status`` (an offline ``sglang.Engine``).
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 from dsv41_flags.engine import EngineAdapter
 from dsv41_flags.engines.sglang.facts import DEFAULT_RANGE, DISTRIBUTION, FINGERPRINT
 from dsv41_flags.engines.sglang.http import http_set, http_status
+from dsv41_flags.engines.sglang.launch_server import server_command
 from dsv41_flags.engines.sglang.processes import (NO_WORLD_ROLES, arm_live, caller_context,
                                                   on_serving, on_world_ready, plugin_will_activate)
 from dsv41_flags.engines.sglang.rpc import engine_status, switch_engine
@@ -34,4 +39,5 @@ ADAPTER = EngineAdapter(
     status=engine_status,
     remote_switch=http_set,
     remote_status=http_status,
+    server_command=server_command,
 )
