@@ -1,4 +1,6 @@
-"""Activation: once per process, truly.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Activation: once per process, truly.
 
 * ``activate()`` holds a lock: two threads get one runtime, one ``flags.resolved``, one install.
 * A forked child owns its runtime: at fork (``os.register_at_fork``) the inherited runtime is

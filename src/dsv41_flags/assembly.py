@@ -1,4 +1,6 @@
-"""Launch assembly: a ``Runtime`` built (``build``) from the launch's snapshot in a child of a
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Launch assembly: a ``Runtime`` built (``build``) from the launch's snapshot in a child of a
 launch, else from the settings files, the environment and the discovered features
 (``resolve_launch``). The settings loader (Dynaconf) is imported only while a launch is resolved,
 before any feature is armed: a child activating from the launch's snapshot never loads it.

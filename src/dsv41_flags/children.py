@@ -1,4 +1,6 @@
-"""Propagation to children under ``dsv41-flags run`` (``bootstrap``, at every interpreter start):
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Propagation to children under ``dsv41-flags run`` (``bootstrap``, at every interpreter start):
 a spawned or forkserver child activates before its target runs, through the mark on its process
 object (``SpawnedChild``), unless its target activates through the engine's plugin loader. A
 forked child adopts its parent's runtime at the fork (``activation``).

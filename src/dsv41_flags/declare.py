@@ -1,4 +1,6 @@
-"""Declarations: ``Feature`` and ``Option``, small frozen dataclasses validated on creation by
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Declarations: ``Feature`` and ``Option``, small frozen dataclasses validated on creation by
 small named field validators (``FEATURE_CHECKS``, ``OPTION_CHECKS``: ``check(declaration, field,
 value)``, as attrs writes validators)."""
 from __future__ import annotations

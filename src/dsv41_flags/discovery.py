@@ -1,4 +1,6 @@
-"""Discovery of feature declarations, from three sources that ADD to each other:
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Discovery of feature declarations, from three sources that ADD to each other:
 
 1. the features shipped in the package (``dsv41_flags/_data/features``, ``SHIPPED_FEATURES``);
 2. one local features directory (``features_dir`` / ``DSV41_FEATURES_DIR``, or ``features/``

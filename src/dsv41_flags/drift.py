@@ -1,4 +1,6 @@
-"""Live drift check: before install, every ``requires`` name (and keyword parameter) must exist on
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Live drift check: before install, every ``requires`` name (and keyword parameter) must exist on
 the imported target, and the installed engine version must be in the feature's range.
 Source: the hand-written ``hasattr`` checks of the workarounds for sglang#40919 and sglang#40320.
 """

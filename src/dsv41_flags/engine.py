@@ -1,4 +1,6 @@
-"""The engine seam: ``EngineAdapter``, what the core may ask of the engine it patches. The core
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The engine seam: ``EngineAdapter``, what the core may ask of the engine it patches. The core
 never names an engine; each engine is one integration (a subpackage of ``dsv41_flags.engines``)
 that builds an ``EngineAdapter`` and declares it in the entry-point group ``dsv41_flags.engines``
 (pyproject): data and plain callables, the engine's facts and hook points. A second engine is

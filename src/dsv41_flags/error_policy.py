@@ -1,4 +1,6 @@
-"""The error policy of every entry (the engine's plugin loader, the ``dsv41-flags run`` bootstrap,
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The error policy of every entry (the engine's plugin loader, the ``dsv41-flags run`` bootstrap,
 a direct ``activate()``, a target's import after activation): one ``flags.error`` event, then in
 strict mode exit status 3 (``EXIT_STRICT``); non-strict, the process runs and the event says
 which features are what. The runtime reported is passed in: this module holds no process state.

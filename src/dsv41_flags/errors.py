@@ -1,4 +1,6 @@
-"""Exception classes. Every message names the offending feature, key, value and origin."""
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Exception classes. Every message names the offending feature, key, value and origin."""
 
 from typing import NamedTuple
 

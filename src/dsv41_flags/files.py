@@ -1,4 +1,6 @@
-"""The framework's file access: the bounded, non-blocking read, the owner check and the atomic
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The framework's file access: the bounded, non-blocking read, the owner check and the atomic
 write.
 
 Reading a file the framework did not write itself, without ever blocking or exhausting memory:

@@ -1,4 +1,6 @@
-"""Launch fingerprint: sha256 over what makes two launches "the same" for caches.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Launch fingerprint: sha256 over what makes two launches "the same" for caches.
 
 Payload (canonical JSON, sorted keys, no whitespace):
   ``argv``: the command line as ``[program, *args]`` (see ``normalize_argv``: the same whether

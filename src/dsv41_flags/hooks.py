@@ -1,4 +1,6 @@
-"""Post-import hooks (wrapt): run a callback when a target module is imported, or at once if it
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Post-import hooks (wrapt): run a callback when a target module is imported, or at once if it
 already is. wrapt adds its finder to ``sys.meta_path`` only when a hook is registered, so with
 nothing armed the import system is left untouched.
 

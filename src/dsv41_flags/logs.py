@@ -1,4 +1,6 @@
-"""structlog configuration, the process-context processor and the never-raising framework logger.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+structlog configuration, the process-context processor and the never-raising framework logger.
 
 Configured once per process (by ``activate``), before any feature module is imported: JSON lines
 (``JSONRenderer(serializer=wire.dumps)``: strict JSON whatever a feature logs) when stderr is not

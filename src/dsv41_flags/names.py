@@ -1,4 +1,6 @@
-"""The names the framework owns, defined once: the ``DSV41_`` prefix, the reserved names (never
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The names the framework owns, defined once: the ``DSV41_`` prefix, the reserved names (never
 flags; each with its type and meaning), the variables that carry them, and the one "did you
 mean" suggestion used by every message that names an unknown key.
 

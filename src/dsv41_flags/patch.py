@@ -1,4 +1,6 @@
-"""The patch ledger and the install context handed to each feature's ``install(module, ctx)``.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The patch ledger and the install context handed to each feature's ``install(module, ctx)``.
 
 Every attribute a feature replaces goes through ``ctx.patch``, which records the original, so
 that installing twice leaves exactly one wrapper level and ``uninstall`` restores the originals

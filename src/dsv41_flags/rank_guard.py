@@ -1,4 +1,6 @@
-"""Rank consistency guard: every rank must arm the same features with the same non-volatile
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Rank consistency guard: every rank must arm the same features with the same non-volatile
 resolution, or the engine hangs or computes garbage instead of failing.
 
 When the engine's torch.distributed world is initialised, the ranks all-gather (torch.distributed

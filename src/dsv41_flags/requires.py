@@ -1,4 +1,6 @@
-"""What a feature requires, parsed: its engine range and its ``requires`` entries.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+What a feature requires, parsed: its engine range and its ``requires`` entries.
 
 ``Feature`` keeps the text it was declared with (``engine="sglang>=0.5.23,<0.6"``,
 ``requires=("Cls.method(param)",)``); this module parses it for those who check it: declaration

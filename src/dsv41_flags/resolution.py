@@ -1,4 +1,6 @@
-"""The resolution value: per key its typed value, its source and the chain of every value that
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The resolution value: per key its typed value, its source and the chain of every value that
 was set for it (``Resolved``), and the whole result of reading settings (``Resolution``).
 
 Produced by the settings loader (``settings``, in the process that resolves a launch) and read

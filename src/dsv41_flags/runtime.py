@@ -1,4 +1,6 @@
-"""The per-process runtime: the one mutable object of the framework.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The per-process runtime: the one mutable object of the framework.
 
 ``activate()`` resolves (or reads the launch's snapshot), configures structlog, discovers the
 features, arms the ones whose flag is on (a post-import hook per target) and emits

@@ -1,4 +1,6 @@
-"""Secrecy: which names mark a secret, and how a secret's value is shown.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Secrecy: which names mark a secret, and how a secret's value is shown.
 
 A name (a variable, a launch option, a flag or option key) marks a secret when the parts of one
 of the secret names appear in it in order and side by side, parts being split at ``-``, ``_``,

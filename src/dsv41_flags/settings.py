@@ -1,4 +1,6 @@
-"""Resolution: settings files + profile + ``DSV41_*`` variables -> a typed value per key, with
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Resolution: settings files + profile + ``DSV41_*`` variables -> a typed value per key, with
 its source (``declared default``, ``<file> [<section>]`` or ``env DSV41_<KEY>``) and the chain of
 every value that was set for it.
 

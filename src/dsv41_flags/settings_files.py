@@ -1,4 +1,6 @@
-"""Settings files: which are read (the search: ``find_settings_files``), each read with
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Settings files: which are read (the search: ``find_settings_files``), each read with
 ``files.read_regular`` (never blocks, at most ``SETTINGS_MAX_BYTES``) and parsed once per content
 (``read_settings``), and checked BEFORE Dynaconf reads it: Dynaconf evaluates its own special
 forms while it loads (includes, ``@`` tokens, merge markers, ``dynaconf_hooks.py``), and none may

@@ -1,4 +1,6 @@
-"""The launch value and its one codec for children (the snapshot).
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The launch value and its one codec for children (the snapshot).
 
 A launch is resolved once, in the process that starts it; every child receives the same value
 through ``DSV41_SNAPSHOT`` instead of resolving again. ``Launch`` is that value: the resolution,

@@ -1,4 +1,6 @@
-"""The wire format of the snapshot (``DSV41_SNAPSHOT``) and of a cache sidecar, as pydantic
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The wire format of the snapshot (``DSV41_SNAPSHOT``) and of a cache sidecar, as pydantic
 models: frozen, no unknown key, every field of the JSON type the launch writes (strict: ``"1"`` is
 no integer, ``1`` no boolean). ``snapshot.decode`` and ``cache_keeping.read_sidecar`` check what
 they read with ``problem``; values are then checked by their declarations (``snapshot.typed_value``).

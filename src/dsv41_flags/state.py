@@ -1,4 +1,6 @@
-"""Feature states: the words, the rules that move a feature between them, and which ones stop a
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Feature states: the words, the rules that move a feature between them, and which ones stop a
 boot. The one home of the state vocabulary: the runtime records states by these rules, live
 switching asks ``State.switchable``, ``status`` / ``check`` / ``run`` ask ``blocks_boot``, and the
 upgrade gate's cells use ``Cell``.

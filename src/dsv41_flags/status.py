@@ -1,4 +1,6 @@
-"""The status record: one frozen, typed model per feature (``FeatureStatus``) and per process
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The status record: one frozen, typed model per feature (``FeatureStatus``) and per process
 (``ProcessStatus``), built by the runtime and read by ``dsv41-flags status`` / ``status --url``,
 the engine's RPC and HTTP routes, the metrics and the upgrade gate. Its JSON form,
 ``model_dump(mode="json")``, is the one on the wire; ``WIRE`` validates it as received.

@@ -1,4 +1,6 @@
-"""Outside text made safe to show: what a request, a variable, a settings file, a command line or
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Outside text made safe to show: what a request, a variable, a settings file, a command line or
 a server's answer holds reaches a terminal, an event line or an error message only through here.
 
 - ``safe_text``: control characters escaped (C0 and C1 controls: ESC, CR, LF, TAB, NUL, DEL, CSI

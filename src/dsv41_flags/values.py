@@ -1,4 +1,6 @@
-"""Typed casting of raw setting values (strings from variables, TOML values from files).
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Typed casting of raw setting values (strings from variables, TOML values from files).
 
 Dynaconf parses environment strings as TOML (``off`` stays the string "off", ``1e3`` becomes a
 float), so variables are cast here from their raw text by the declared type instead.

@@ -1,4 +1,6 @@
-"""The JSON form of a value: the one coercion behind every JSON text the framework writes (log
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The JSON form of a value: the one coercion behind every JSON text the framework writes (log
 lines, the snapshot, the fingerprint payload, cache sidecars, the CLI's ``--json``).
 
 ``jsonable`` turns any value into plain JSON types and never raises; ``dumps`` writes it as

@@ -1,4 +1,6 @@
-"""Wrappers that keep a function's kind.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Wrappers that keep a function's kind.
 
 A wrapper the framework puts around an engine function (``ctx.patch(..., guard=True)``, a live
 feature's bypass) must be of the same kind as the function it stands for: sglang's tokenizer and

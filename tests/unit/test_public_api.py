@@ -89,3 +89,20 @@ def test_shipped_features_and_docs_examples_use_only_the_public_api(where, sourc
 def test_the_check_finds_each_kind_of_non_public_use(source, expected):
     """The check can fail: each kind of use outside the public API is found."""
     assert violations(source, _public()) == expected
+
+
+def test_every_module_says_whether_it_is_public():
+    """A reader sees it at the top of each module: every module outside the public API opens
+    with "Internal module: not part of the public API"; the public ones do not."""
+    root = REPO / "src" / "dsv41_flags"
+    public = {"__init__.py", "live.py", "cache_keeping.py", "testing.py", "engines/__init__.py",
+              "engines/sglang/__init__.py"}
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        if rel.startswith("_data"):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if doc.startswith("Internal module: not part of the public API") == (rel in public):
+            wrong.append(rel)
+    assert wrong == []

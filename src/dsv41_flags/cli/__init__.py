@@ -1,4 +1,6 @@
-"""The ``dsv41-flags`` command line (typer + rich). Human tables by default, ``--json`` for tools.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The ``dsv41-flags`` command line (typer + rich). Human tables by default, ``--json`` for tools.
 
 Exit codes: 0 clean; 1 a problem was found (settings error, drift); 2 bad usage; 74
 (``EX_IOERR``) the command's own output could not be written (``cli.output``).

@@ -1,4 +1,6 @@
-"""The one way the CLI writes: every human line goes through ``SafeConsole``, every ``--json``
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The one way the CLI writes: every human line goes through ``SafeConsole``, every ``--json``
 answer through ``emit_json``, and a write that fails is an error of the command.
 
 Text shown by the CLI mixes its own words with outside data: a server's answer, a settings

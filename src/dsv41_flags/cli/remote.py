@@ -1,4 +1,6 @@
-"""``dsv41-flags set NAME=VALUE --url`` and ``dsv41-flags status --url``: the command-line side of
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+``dsv41-flags set NAME=VALUE --url`` and ``dsv41-flags status --url``: the command-line side of
 live switches. The transport is the engine adapter's (``remote_switch`` / ``remote_status``,
 bounded by ``dsv41_flags.engines.http_client``); this module checks what the server answers and
 prints it.

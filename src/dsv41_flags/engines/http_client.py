@@ -1,4 +1,6 @@
-"""The client side of an engine server's live routes: one JSON call over HTTP, bounded.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The client side of an engine server's live routes: one JSON call over HTTP, bounded.
 
 ``call_json`` sends one request and returns ``(status, answer)``. Whatever the server does, the
 call ends: one overall deadline covers connect, send and read (the exchange runs in a daemon

@@ -1,4 +1,6 @@
-"""``dsv41-flags run``: start a command so that every Python process under it activates at
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+``dsv41-flags run``: start a command so that every Python process under it activates at
 interpreter start, for engines and tools without a plugin loader."""
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The upgrade gate: would each feature install on an engine release that is not installed?
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The upgrade gate: would each feature install on an engine release that is not installed?
 One cell per feature and release, from the release's source (no install, no import).
 
 Cell states (``dsv41_flags.state.Cell``), first match wins:

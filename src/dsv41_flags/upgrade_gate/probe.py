@@ -1,4 +1,6 @@
-"""The import probe of the static check: a module of the installed environment imported in a
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The import probe of the static check: a module of the installed environment imported in a
 child interpreter with this one's ``sys.path``, no stdin and a time limit, so that whatever the
 import does (seconds of torch, a crash, a hang) stays in the child. Two questions are asked:
 

@@ -1,4 +1,6 @@
-"""Engine releases read in place, for the upgrade gate: a wheel file (read with zipfile: no
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Engine releases read in place, for the upgrade gate: a wheel file (read with zipfile: no
 install, no import), an unpacked source tree (a site-packages directory or a checkout), or a
 requirement such as ``sglang==0.5.24`` fetched with ``pip download --no-deps`` into a cache
 directory and reused.

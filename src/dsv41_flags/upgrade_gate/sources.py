@@ -1,4 +1,6 @@
-"""Where module sources come from, for the static drift check: the ``SourceView`` seam and the
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Where module sources come from, for the static drift check: the ``SourceView`` seam and the
 installed environment's view (``InstalledView``), found without importing anything but a
 top-level name's finder. Kept apart from ``static_check`` (the checker) so that finding a source
 costs no import of the checker.

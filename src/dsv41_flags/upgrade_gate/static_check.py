@@ -1,4 +1,6 @@
-"""Static drift check: a verdict per ``requires`` entry from the engine's *source*, without
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Static drift check: a verdict per ``requires`` entry from the engine's *source*, without
 importing the engine (importing sglang takes seconds and, for many modules, a GPU).
 
 Source comes from a ``SourceView``: the installed environment (``InstalledView``: found through

@@ -1,4 +1,6 @@
-"""sglang's CPU platform for a CPU-only machine, as an out-of-tree platform plugin (entry-point
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+sglang's CPU platform for a CPU-only machine, as an out-of-tree platform plugin (entry-point
 group ``sglang.srt.platforms``, name ``dsv41_cpu``, selected with ``SGLANG_PLATFORM=dsv41_cpu``;
 ``dsv41-flags serve --cpu`` sets it).
 

@@ -1,4 +1,6 @@
-"""sglang's facts: its distribution, the version range shipped features were ported against,
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+sglang's facts: its distribution, the version range shipped features were ported against,
 and what it contributes to the launch fingerprint (``FINGERPRINT``), read from sglang 0.5.23's
 source:
 

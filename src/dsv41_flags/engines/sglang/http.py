@@ -1,4 +1,6 @@
-"""The live routes on sglang's HTTP server process and the CLI's calls to them.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The live routes on sglang's HTTP server process and the CLI's calls to them.
 
 On sglang's FastAPI ``app`` (``entrypoints/http_server.py``, imported by every process that
 serves HTTP: the launcher with one tokenizer, each tokenizer worker with

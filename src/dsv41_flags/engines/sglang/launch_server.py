@@ -1,4 +1,6 @@
-"""The command line of ``python -m sglang.launch_server`` that ``dsv41-flags serve`` starts: the
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The command line of ``python -m sglang.launch_server`` that ``dsv41-flags serve`` starts: the
 operator's own sglang options, passed through unchanged, plus, with ``cpu=True``, what serving
 on a CPU-only machine needs (``docs/quickstart.md``).
 

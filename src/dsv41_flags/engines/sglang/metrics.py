@@ -1,4 +1,6 @@
-"""Flag state on sglang's Prometheus endpoint (``--enable-metrics``).
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Flag state on sglang's Prometheus endpoint (``--enable-metrics``).
 
 sglang serves ``/metrics`` through prometheus_client in multiprocess mode: the launcher sets
 ``PROMETHEUS_MULTIPROC_DIR`` before it starts the subprocesses (``utils/common.py``

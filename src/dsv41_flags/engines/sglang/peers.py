@@ -1,4 +1,6 @@
-"""A live switch in the processes of a launch outside the scheduler ranks: the HTTP server process
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+A live switch in the processes of a launch outside the scheduler ranks: the HTTP server process
 (where the routes and the tokenizer manager run), the detokenizer, the data-parallel controller
 and, under ``dsv41-flags run``, multi-tokenizer workers.
 

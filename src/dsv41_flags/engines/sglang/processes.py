@@ -1,4 +1,6 @@
-"""sglang's processes as the plugin sees them: the roles sglang starts, each process's role and
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+sglang's processes as the plugin sees them: the roles sglang starts, each process's role and
 ranks read from the ``run_<role>_process(...)`` frame that calls ``load_plugins()``, whether
 sglang's plugin loader will activate a spawned process (so the ``dsv41-flags run`` bootstrap
 leaves it to the plugin, which knows role and ranks before the first event), and the hook points

@@ -1,4 +1,6 @@
-"""Live switches over sglang's own control path, read from sglang 0.5.23's source.
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+Live switches over sglang's own control path, read from sglang 0.5.23's source.
 
 How a control request reaches the schedulers:
 

@@ -1,4 +1,6 @@
-"""dsv41_flags bootstrap (put first on PYTHONPATH by ``dsv41-flags run``): chain the
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+dsv41_flags bootstrap (put first on PYTHONPATH by ``dsv41-flags run``): chain the
 ``sitecustomize`` that this one shadows, if any, then activate the framework at interpreter start.
 
 The chain is as faithful as the launchers that do the same (coverage.py's and ddtrace's
