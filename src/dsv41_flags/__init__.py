@@ -16,7 +16,7 @@ from __future__ import annotations
 from dsv41_flags.activation import activate, current_runtime
 from dsv41_flags.declare import Feature, Option
 from dsv41_flags.errors import (ActivationError, DeclarationError, DriftError, FlagsError,
-                                SettingsError, SnapshotError)
+                                PatchConflict, RestoreError, SettingsError, SnapshotError)
 from dsv41_flags.patch import InstallContext
 from dsv41_flags.runtime import Runtime
 from dsv41_flags.status import FeatureStatus
@@ -24,4 +24,4 @@ from dsv41_flags.state import State
 
 __all__ = ["Feature", "Option", "InstallContext", "activate", "current_runtime", "Runtime",
            "FeatureStatus", "State", "FlagsError", "DeclarationError", "SettingsError", "DriftError",
-           "SnapshotError", "ActivationError"]
+           "SnapshotError", "ActivationError", "RestoreError", "PatchConflict"]
