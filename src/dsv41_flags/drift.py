@@ -55,13 +55,14 @@ def version_problem(feature: Feature) -> str | None:
     return None
 
 
-def fixed_upstream(feature: Feature) -> str | None:
-    """A sentence when the installed engine is in ``feature.fixed_in`` (upstream carries the fix)."""
+def fixed_upstream(feature: Feature) -> str:
+    """A sentence when the installed engine is in ``feature.fixed_in`` (upstream carries the fix),
+    else ``""`` (no ``fixed_in``, no engine installed, a version ``fixed_in`` does not hold)."""
     if not feature.fixed_in:
-        return None
+        return ""
     version = engine_version(feature)
     if version is None:
-        return None
+        return ""
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
@@ -70,8 +71,8 @@ def fixed_upstream(feature: Feature) -> str | None:
             return (f"{feature.engine_requirement.name} {version} is in fixed_in {feature.fixed_in}: "
                     f"upstream carries the fix ({', '.join(feature.refs) or 'no refs'})")
     except InvalidVersion:
-        return None
-    return None
+        return ""
+    return ""
 
 
 class Presence(StrEnum):

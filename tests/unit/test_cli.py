@@ -489,3 +489,24 @@ def test_an_unknown_key_lists_each_feature_by_its_real_source(cli, launch):
     assert "autotune_keep (shipped)" in message and "folded_fence (shipped)" in message
     assert f"cap_new_tokens (from {launch.feats})" in message
     assert "and installed" not in message and "(shipped, from" not in message
+
+
+@pytest.mark.parametrize("fixed_in", [">=0.5.30", "<0.1"])
+def test_an_armed_feature_whose_fix_is_not_upstream_yet_is_armed_in_every_command(cli, tmp_path, fixed_in):
+    """``fixed_in`` that the installed engine is not in (writing-a-feature.md's own example): the
+    feature is armed, never a traceback, in status, status --json, validate and explain."""
+    feats = tmp_path / "features"
+    feats.mkdir()
+    (feats / "later_fix.py").write_text(
+        "from dsv41_flags import Feature\n"
+        "FEATURE = Feature(name='later_fix', target='json', install=print, summary='s',\n"
+        f"                  fixed_in={fixed_in!r})\n")
+    s = tmp_path / "settings.toml"
+    s.write_text("[default]\nlater_fix = true\n")
+    data = json.loads(cli("status", "--json", "-s", str(s)).stdout)
+    row = {f["name"]: f for f in data["features"]}["later_fix"]
+    assert (row["state"], row["detail"]) == ("armed", "")
+    r = cli("status", "-s", str(s))
+    assert "later_fix" in r.stdout and "Traceback" not in r.output
+    assert cli("validate", "-s", str(s)).exit_code in (0, 1)
+    assert cli("explain", "later_fix", "-s", str(s)).exit_code == 0

@@ -479,3 +479,15 @@ def test_set_and_status_list_every_process_outside_the_schedulers(cli, server):
     server.answer({**APPLIED, "processes": [{"ok": "yes", "pid": 1}]})
     r = cli("set", "folded_fence=on", "--url", server.url, "--by", "t")
     assert r.exit_code == 1 and "processes.0.ok" in r.output
+
+
+def test_a_short_key_is_masked_where_it_stands_alone_never_inside_words(cli, server):
+    """The quickstart's key ``A``: ``AUTOTUNE_KEEP`` and ``ALICE`` stay readable, the key echoed
+    on its own is masked; a long key is masked wherever it appears."""
+    server.answer({"ok": False, "error": "set AUTOTUNE_KEEP = true; by ALICE; got key A; Bearer A."})
+    r = cli("set", "autotune_keep=on", "--url", server.url, "--by", "t", "--api-key", "A")
+    assert "AUTOTUNE_KEEP" in r.output and "ALICE" in r.output
+    assert "got key ***" in r.output and "Bearer ***." in r.output
+    server.answer({"ok": False, "error": "echo xxSECRETADMINxx"})
+    r = cli("set", "autotune_keep=on", "--url", server.url, "--by", "t", "--api-key", "SECRETADMIN")
+    assert "SECRETADMIN" not in r.output and "xx***xx" in r.output

@@ -14,6 +14,8 @@ nowhere.
 """
 from __future__ import annotations
 
+import re
+
 import getpass
 import socket
 from typing import Annotated, Any, Callable, Optional
@@ -113,14 +115,23 @@ def _refused_message(exc: Exception, api_key: str | None) -> str:
             f"{API_KEY_VAR})")
 
 
+#: a key shorter than this is masked only where it stands alone (no letter, digit, ``_`` or
+#: ``-`` on either side): ``A`` would otherwise blank every capital A of an answer
+WHOLE_TOKEN_BELOW = 8
+_TOKEN_CHAR = r"[A-Za-z0-9_-]"
+
+
 def _redacted(data: Any, api_key: str | None) -> Any:
     """``data`` (a decoded answer, or text) with every occurrence of ``api_key`` in its strings
     (keys and values, at any depth) replaced by ``MASK``: a server may echo the key it was sent,
-    and nothing from a server is printed as received."""
+    and nothing from a server is printed as received. A key of fewer than
+    ``WHOLE_TOKEN_BELOW`` characters is masked where it stands as a whole token only."""
     if not api_key:
         return data
     if isinstance(data, str):
-        return data.replace(api_key, MASK)
+        if len(api_key) >= WHOLE_TOKEN_BELOW:
+            return data.replace(api_key, MASK)
+        return re.sub(f"(?<!{_TOKEN_CHAR}){re.escape(api_key)}(?!{_TOKEN_CHAR})", MASK, data)
     if isinstance(data, dict):
         return {_redacted(k, api_key): _redacted(v, api_key) for k, v in data.items()}
     if isinstance(data, list):
@@ -217,7 +228,7 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
     if as_json:
         emit_json(data)
     elif isinstance(answer, Applied) and data.get("changed") is False:
-        out.print(f"{answer.feature}: already {_on(answer.new)} on {len(answer.ranks)} rank(s): "
+        out.print(f"{answer.feature}: already {_on(answer.new)}, on {len(answer.ranks)} rank(s): "
                   f"nothing changed, generation {answer.generation}")
     elif isinstance(answer, Applied):
         out.print(f"{answer.feature}: {_on(answer.old)} -> {_on(answer.new)}, generation "
