@@ -58,7 +58,7 @@ def test_metrics_carry_each_features_state_and_the_generation_per_rank(kit, metr
     generations = [s for s in ours if "generation" in s[0] and set(RANK_LABELS) <= set(s[1])]
     assert status["ranks"], status
     for rank in status["ranks"]:
-        key = (str(rank["tp_rank"]), str(rank["pp_rank"]), str(rank.get("dp_rank", 0)))
+        key = tuple(str(rank.get(k) if rank.get(k) is not None else 0) for k in RANK_LABELS)
         for feature in rank["features"]:
             current = [s for s in states if _rank_key(s[1]) == key
                        and s[1]["feature"] == feature["name"] and s[2] == 1]

@@ -57,6 +57,7 @@ def served(kit, tmp_path_factory):
     port = free_port_block()
     env = kit.env("0")
     env.pop("DSV41_SETTINGS")
+    env.pop("SGLANG_CPU_OMP_THREADS_BIND")      # serve --cpu binds one CPU per scheduler
     launch = Launch(kit, "serve", work, [str(kit.cli), "serve", "--cpu", "--settings", str(settings),
                                          "--tp", "2", "--port", str(port), "--enable-metrics",
                                          "--admin-api-key", ADMIN_KEY], env, port=port).start()
