@@ -68,22 +68,23 @@ def proc_stat(pid: int) -> tuple[float, float] | None:
     return int(fields[19]) / TICK, (int(fields[11]) + int(fields[12])) / TICK
 
 
-def role_of(pid: int, leader: int) -> str:
+def role_of(pid: int, leader: int) -> str | None:
     """The role of a process of the launch: ``launcher`` (the group leader: sglang's HTTP
     process), else read from its command line, which sglang sets with ``setproctitle``
     (``sglang::scheduler_TP0`` -> ``scheduler TP0``, ``sglang::detokenizer`` -> ``detokenizer``);
-    a spawned child not yet named is ``spawned``."""
+    ``spawned`` for a multiprocessing child not named yet; None for any other process (the
+    resource tracker, a compiler the inductor starts, ...), which is not one of the launch's."""
     if pid == leader:
         return "launcher"
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return "?"
+        return "spawned"
     if cmd.startswith("sglang::"):
         return cmd[len("sglang::"):].strip().replace("_", " ")
-    if "resource_tracker" in cmd:
-        return "resource tracker"
-    return "spawned" if "multiprocessing" in cmd else Path(cmd.split(" ")[0]).name or "?"
+    if "multiprocessing.spawn" in cmd or "multiprocessing-fork" in cmd:
+        return "spawned"
+    return None
 
 
 class Watch:
@@ -122,7 +123,7 @@ class Watch:
                 continue
             rec = self.procs.setdefault(pid, {"role": "spawned", "start": stat[0] - self.started,
                                               "cpu": []})
-            if rec["role"] in ("spawned", "?"):
+            if rec["role"] == "spawned":
                 rec["role"] = role_of(pid, leader)
             rec["cpu"].append((now, stat[1]))
         for path, offset in self._offsets.items():   # lines printed since the last sample
@@ -140,11 +141,12 @@ class Watch:
     def processes(self, healthy_s: float) -> dict[str, dict]:
         """Per role (``launcher``, ``scheduler TP0``, ..., ``detokenizer``): ``start_s`` (since
         ``Popen``), ``ready_s`` (from its start to ready: see the module docstring), ``cpu_s``
-        (CPU seconds at ready). Roles seen twice get ``#2``; helper processes are left out."""
+        (CPU seconds at ready). Roles seen twice get ``#2``; processes that are not the launch's
+        (``role_of`` None) or were never named are left out."""
         mark = self.ready_line_at if self.ready_line_at is not None else healthy_s
         out: dict[str, dict] = {}
         for pid, rec in sorted(self.procs.items(), key=lambda kv: kv[1]["start"]):
-            if rec["role"] in ("resource tracker", "spawned", "?") or not rec["cpu"]:
+            if rec["role"] in (None, "spawned") or not rec["cpu"]:
                 continue
             upto = [(t, c) for t, c in rec["cpu"] if t <= mark] or rec["cpu"][:1]
             cpu = upto[-1][1]
