@@ -138,8 +138,8 @@ def run(quick: bool = False) -> dict:
                        DSV41_LOG_FORMAT="json", PYTHONHASHSEED="0")
     env_snap = dict(env_on, DSV41_SNAPSHOT=make_snapshot(env_on))
     env_off = clean_env(PYTHONHASHSEED="0")
-    modes = ("before", "none", "unremedied", "after_snapshot") + (
-        () if quick else ("after", "unremedied_snapshot"))
+    modes = ("before", "none", "unremedied", "after_snapshot", "unremedied_snapshot") + (
+        () if quick else ("after",))
     env = {"before": env_on, "none": env_off, "unremedied": env_on, "after": env_on,
            "after_snapshot": env_snap, "unremedied_snapshot": env_snap}
     counts = {"before": reps, "none": reps, "unremedied": 1, "after_snapshot": reps, "after": 1,
