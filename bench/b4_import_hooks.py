@@ -10,6 +10,9 @@ allocation pattern, and with it the collection schedule, repeats run to run):
   - ``unremedied``: as ``before``, with the framework's reset of the collection schedule
     (``activation._keep_collection_schedule``: one full collection at the end of the first
     activation in a process that had none) replaced by nothing: what the remedy is worth;
+  - ``unremedied_snapshot``: as ``unremedied``, activating from ``DSV41_SNAPSHOT`` (a child:
+    no Dynaconf, no TOML, half the objects): whether fewer imports alone would keep the
+    engine's collections (they do not: the schedule, not the heap, moves them);
   - ``after_snapshot``: the import first, then ``gc.collect()``, then ``import dsv41_flags;
     activate()`` from ``DSV41_SNAPSHOT`` as an engine child does (its install included);
   - ``after``: the same, resolving from settings as a launcher does.
@@ -43,7 +46,7 @@ SHARE_GOAL_PCT = 0.5
 
 CODE = """
 import sys, os, time, json, gc
-mode = {mode!r}   # before | none | unremedied | after | after_snapshot
+mode = {mode!r}   # before | none | unremedied | unremedied_snapshot | after | after_snapshot
 gc_spent = [0.0, 0.0, 0, 0]   # seconds, start of the running collection, full collections, all
 def on_gc(phase, info):
     if phase == "start":
@@ -62,7 +65,7 @@ def activate():
     import dsv41_flags.activation as activation
     m = time.perf_counter()
     keep = activation._keep_collection_schedule
-    if mode == "unremedied":    # the framework without its reset of the collection schedule
+    if mode.startswith("unremedied"):  # the framework without its reset of the collection schedule
         activation._keep_collection_schedule = lambda: None
     else:                       # timed: the one full collection it may run
         def timed_keep():
@@ -73,8 +76,9 @@ def activate():
         activation._keep_collection_schedule = timed_keep
     rt = dsv41_flags.activate()
     return rt, m - s, time.perf_counter() - m, time.process_time() - cs, gc_spent[0] - g
-if mode in ("before", "unremedied"):
+if mode in ("before", "unremedied", "unremedied_snapshot"):
     rt, t_import, t_activate, cpu_fw, gc_fw = activate()
+counts_fw = list(gc.get_count())   # what the engine's import starts from (gen 0, 1, 2 counters)
 full0, gc0 = gc_spent[2], gc_spent[0]
 n0 = len(sys.modules)
 ti, ci = time.perf_counter(), time.process_time()
@@ -90,7 +94,7 @@ if mode.startswith("after"):
 t1, c1 = time.perf_counter(), time.process_time()
 out = {{"total": t1 - t0, "cpu": c1 - c0, "import": ti, "import_cpu": ci, "modules": n1,
         "gc": gc_import, "full_gc": full_import, "objects": len(gc.get_objects()),
-        "collect": collect_s}}
+        "collect": collect_s, "counts_before_import": counts_fw}}
 if mode != "none":
     states = rt.audit()
     out.update(states={{s.name: s.state for s in states}}, import_fw=t_import, activate=t_activate,
@@ -134,10 +138,12 @@ def run(quick: bool = False) -> dict:
                        DSV41_LOG_FORMAT="json", PYTHONHASHSEED="0")
     env_snap = dict(env_on, DSV41_SNAPSHOT=make_snapshot(env_on))
     env_off = clean_env(PYTHONHASHSEED="0")
-    modes = ("before", "none", "unremedied", "after_snapshot") + (() if quick else ("after",))
+    modes = ("before", "none", "unremedied", "after_snapshot", "unremedied_snapshot") + (
+        () if quick else ("after",))
     env = {"before": env_on, "none": env_off, "unremedied": env_on, "after": env_on,
-           "after_snapshot": env_snap}
-    counts = {"before": reps, "none": reps, "unremedied": 1, "after_snapshot": reps, "after": 1}
+           "after_snapshot": env_snap, "unremedied_snapshot": env_snap}
+    counts = {"before": reps, "none": reps, "unremedied": 1, "after_snapshot": reps, "after": 1,
+              "unremedied_snapshot": 1}
     code = {m: CODE.format(mode=m, target=TARGET) for m in modes}
     _, objects = python(OBJECTS.format(), env_on)
     python(code["none"], env_off, timeout=900)  # warm-up: page cache
@@ -149,7 +155,7 @@ def run(quick: bool = False) -> dict:
             data["wall"] = wall
             runs[m].append(data)
     on, off, bare, snap = runs["before"], runs["none"], runs["unremedied"], runs["after_snapshot"]
-    for rs in (on, bare, snap):
+    for rs in (on, bare, snap) + ((runs["unremedied_snapshot"],) if "unremedied_snapshot" in runs else ()):
         assert rs[0]["states"].get("autotune_keep") == "installed", rs[0]["states"]
     ms = lambda rs, k: med([r[k] for r in rs]) * 1e3  # noqa: E731
     t_on, t_off = ms(on, "import") + ms(on, "import_fw") + ms(on, "activate"), ms(off, "import")
@@ -203,8 +209,18 @@ def run(quick: bool = False) -> dict:
                  f"{objects['tracked_after_activate']} tracked objects"),
         row("4", "  full collections during the import: framework first, schedule reset disabled",
             full(bare), "collections", "same import, no framework", full(off), n=len(bare),
-            note=f"what the reset is worth: {gc_note(bare)}"),
+            note=f"what the reset is worth: {gc_note(bare)}; the import starts from the "
+                 f"collector's counters (gen 0, 1, 2) {bare[0]['counts_before_import']} against "
+                 f"{off[0]['counts_before_import']} without the framework"),
     ]
+    if "unremedied_snapshot" in runs:
+        us = runs["unremedied_snapshot"]
+        rows.append(row("4", "  full collections: framework first from the snapshot (a child's "
+                        "imports: no Dynaconf), reset disabled", full(us), "collections",
+                        "same import, no framework", full(off), n=len(us),
+                        note=f"fewer imports alone: {gc_note(us)}; counters at the import "
+                             f"{us[0]['counts_before_import']}; objects at the end "
+                             f"{us[0]['objects']} vs {off[0]['objects']} without"))
     details = {"states_armed_before": on[0]["states"], "modules_after_import": on[0]["modules"],
                "import_ms": {m: [round(r["import"] * 1e3) for r in rs] for m, rs in runs.items()},
                "import_cpu_ms": {m: [round(r["import_cpu"] * 1e3) for r in rs] for m, rs in runs.items()},

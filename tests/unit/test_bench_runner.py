@@ -46,3 +46,35 @@ def test_every_listed_benchmark_is_a_module_with_run():
         assert "run" in functions, f"bench/{name}.py has no run(quick)"
         assert [a.arg for a in functions["run"].args.args] == ["quick"], name
         assert "main(run)" in source, f"bench/{name}.py does not start through _common.main"
+
+
+def _server_bench():
+    """``bench/b7_server.py`` as a module (its directory first on the path, as run.py starts it)."""
+    import importlib
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("b7_server")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_server_bench_reads_a_process_start_and_cpu_from_proc():
+    import os
+
+    b7 = _server_bench()
+    start, cpu = b7.proc_stat(os.getpid())
+    assert 0 < start <= b7.boot_clock() and cpu > 0
+    assert b7.proc_stat(2 ** 22 + 1) is None            # no such process (above pid_max's default)
+    assert b7.role_of(os.getpid(), os.getpid()) == "launcher"   # the group leader
+    assert b7.role_of(os.getpid(), os.getppid()) is None        # not a process sglang named
+
+
+def test_the_server_bench_reads_its_extra_environment_and_names_a_bad_item():
+    import pytest
+
+    b7 = _server_bench()
+    assert b7.extra_env("") == {}
+    assert b7.extra_env("DSV41_FOLDED_FENCE=1, A=b=c") == {"DSV41_FOLDED_FENCE": "1", "A": "b=c"}
+    with pytest.raises(ValueError, match="'oops' is not NAME=VALUE"):
+        b7.extra_env("A=1,oops")

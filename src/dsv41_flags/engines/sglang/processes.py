@@ -10,6 +10,7 @@ Standard library only at import.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import inspect
 import os
@@ -140,20 +141,24 @@ SERVING_TARGET = "sglang.srt.managers.scheduler.Scheduler.run_event_loop"
 
 def on_serving(rt) -> bool:
     """Emit ``flags.serving`` (``status.serving`` fields) once, when this scheduler starts its
-    event loop: a BEFORE hook on ``SERVING_TARGET`` through sglang's HookRegistry (applied by
-    ``load_plugins()`` right after the plugins ran). From then on the metrics gauges follow every
-    state change (``Runtime.state_listeners``: a target imported while serving installs and
-    shows at once). Returns False outside a scheduler, when sglang's plugin system is not
-    importable or when the hook is registered already."""
+    event loop: a wrapt function wrapper on ``SERVING_TARGET`` (the method on the class, which
+    every call looks up; sglang's HookRegistry would also walk every loaded module for stale
+    ``from X import Y`` bindings of it, about 6,500 modules in a scheduler, which a method has
+    none of: bench/README.md, benchmark 7). From then on the metrics gauges follow every state
+    change (``Runtime.state_listeners``: a target imported while serving installs and shows at
+    once). Returns False outside a scheduler, when sglang's scheduler module is not importable
+    or when the wrapper is in place already."""
     if rt.context.fields.get("role") != "scheduler" or rt.live.transport.get("serving_hook"):
         return False
+    module_name, _, attribute = SERVING_TARGET.partition(".Scheduler.")
     try:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+        module = importlib.import_module(module_name)
     except ImportError:
         return False
+    import wrapt
 
-    def before(*args, **kwargs):
-        """HookRegistry BEFORE hook: say once what is in effect; the call goes on unchanged."""
+    def before(wrapped, instance, args, kwargs):
+        """Say once what is in effect; the call goes on unchanged."""
         if not rt.live.transport.get("serving_reported"):
             rt.live.transport["serving_reported"] = True
             from dsv41_flags.engines.sglang.metrics import update_safely
@@ -162,8 +167,8 @@ def on_serving(rt) -> bool:
             rt.log.info("flags.serving", **serving(rt).model_dump(mode="json"))
             update_safely(rt)
             rt.state_listeners.append(lambda st: update_safely(rt))  # late installs too
-        return None
+        return wrapped(*args, **kwargs)
 
-    HookRegistry.register(SERVING_TARGET, before, HookType.BEFORE)
+    wrapt.wrap_function_wrapper(module, f"Scheduler.{attribute}", before)
     rt.live.transport["serving_hook"] = True
     return True
