@@ -124,7 +124,11 @@ class RankId(Record):
 
 
 class ProcessStatus(RankId):
-    """One process's status (``process_status``): who it is, its launch and each feature now."""
+    """One process's status (``process_status``): who it is, its launch and each feature now;
+    ``ok`` False with ``reason`` for a process of the launch that did not answer as one."""
+
+    ok: StrictBool = True
+    reason: Text = ""
 
     process: Text = ""
     role: Text = ""

@@ -21,7 +21,7 @@ RANK = {"tp_rank": 0, "pp_rank": 0, "pid": 11, "step": 5, "generation": 1, "prof
                       "source": "live switch generation 1 by alice"}],
         "switches": [{"feature": "folded_fence", "old": False, "new": True, "generation": 1,
                       "requested_by": "alice", "step": 4, "at": "2026-12-01T00:00:00"}]}
-STATUS = {"ok": True, "ranks": [RANK, {**RANK, "tp_rank": 1, "pid": 12}], "server": {"pid": 10}}
+STATUS = {"ok": True, "ranks": [RANK, {**RANK, "tp_rank": 1, "pid": 12}], "server": {"pid": 10, "generation": 1}}
 APPLIED = {"ok": True, "feature": "folded_fence", "old": False, "new": True, "generation": 1,
            "step": 4, "ranks": [{"tp_rank": 0, "pid": 11, "generation": 1, "step": 4, "ok": True}]}
 
@@ -491,3 +491,16 @@ def test_a_short_key_is_masked_where_it_stands_alone_never_inside_words(cli, ser
     server.answer({"ok": False, "error": "echo xxSECRETADMINxx"})
     r = cli("set", "autotune_keep=on", "--url", server.url, "--by", "t", "--api-key", "SECRETADMIN")
     assert "SECRETADMIN" not in r.output and "xx***xx" in r.output
+
+
+def test_a_process_that_did_not_apply_the_switch_fails_set_and_status(cli, server):
+    """An answer that says ok but lists a process that did not apply it: exit 1, the reason
+    printed; a silent process in a status answer is named, never shown as generation 0."""
+    server.answer({**APPLIED, "processes": [{"ok": False, "role": "detokenizer", "pid": 5,
+                                              "reason": "boom"}]})
+    r = cli("set", "folded_fence=on", "--url", server.url, "--by", "t")
+    assert r.exit_code == 1 and "NOT APPLIED: boom" in r.output and "detokenizer pid 5 (boom)" in r.output
+    server.answer({**STATUS, "processes": [{"ok": False, "role": "detokenizer", "pid": 5,
+                                            "reason": "no answer within 10 s"}]})
+    r = cli("status", "--url", server.url)
+    assert r.exit_code == 1 and "NOT ANSWERING: no answer within 10 s" in r.output

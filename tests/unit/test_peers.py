@@ -127,3 +127,64 @@ def test_tokenizer_workers_the_plugin_never_enters_are_named():
     assert peers.unreached(1) == []
     (entry,) = peers.unreached(2)
     assert entry["ok"] is False and "--tokenizer-worker-num 2" in entry["reason"]
+
+
+def test_a_request_too_deep_to_decode_is_answered_and_the_listener_goes_on(launch):
+    rt, proc = launch
+    import zmq
+
+    (_, pid, path), = peers.peer_sockets(rt.launch_pid)
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(f"ipc://{path}")
+        sock.send(b"[" * 100000 + b"]" * 100000)
+        assert sock.poll(10000), "the listener did not answer"
+        assert "unreadable request" in sock.recv().decode()
+    finally:
+        sock.close()
+    assert peers.ask(path, {"phase": "status"})["ok"] is True            # still serving
+
+
+@pytest.mark.parametrize("reply", [
+    b"[" * 100000 + b"]" * 100000,                        # too deep to decode
+    b'{"ok": true, "generation": NaN}',                   # not JSON
+    b'{"ok": "yes"}',                                     # wrong type
+    b'{"ok": true, "generation": -1}',                    # out of range
+    b'[1, 2]',                                            # not an object
+])
+def test_a_peer_answer_that_is_not_valid_is_its_refusal_never_a_traceback(short_tmp, reply):
+    import threading
+
+    import zmq
+
+    path = peers.launch_directory(os.getpid() + 1, create=True) / f"evil-{os.getppid()}"
+    server = zmq.Context.instance().socket(zmq.REP)
+    server.setsockopt(zmq.LINGER, 0)
+    server.bind(f"ipc://{path}")
+
+    def serve_once():
+        server.recv()
+        server.send(reply)
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    try:
+        answer = peers.ask(path, {"phase": "apply", "name": "x", "value": True})
+    finally:
+        thread.join(10)
+        server.close()
+    assert answer["ok"] is False and answer["reason"], answer
+    assert set(answer) == {"ok", "reason"}
+
+
+def test_a_socket_no_process_listens_on_is_removed_at_once(short_tmp):
+    """A file left behind by a process whose pid is now another process's (pid reuse): no
+    listener, so it is not asked (no 10 s wait) and it is removed."""
+    import socket as socket_module
+
+    directory = peers.launch_directory(os.getpid() + 1, create=True)
+    stale = directory / f"detokenizer-{os.getppid()}"        # a live pid, no listener
+    s = socket_module.socket(socket_module.AF_UNIX)
+    s.bind(str(stale))
+    s.close()                                                # bound, never listening
+    assert peers.peer_sockets(os.getpid() + 1) == [] and not stale.exists()

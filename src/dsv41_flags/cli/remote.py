@@ -236,11 +236,17 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
         for r in answer.ranks:
             out.print(f"  {_rank(r)} pid {r.pid}: generation {r.generation} step {r.step}")
         for p in answer.processes:
-            out.print(f"  {safe_text(p.role) or 'process'} pid {p.pid}: generation {p.generation}")
+            out.print(f"  {safe_text(p.role) or 'process'} pid {p.pid}: " + (
+                f"generation {p.generation}" if p.ok else f"NOT APPLIED: {safe_text(p.reason)}"))
         out.print("an override until the next launch: settings files decide at boot")
     else:
         err.print(f"error: {answer.error}", style="red")
-    if not isinstance(answer, Applied):
+    failed = [p for p in answer.processes if not p.ok] if isinstance(answer, Applied) else []
+    if failed:
+        err.print("error: not applied in " + ", ".join(
+            f"{safe_text(p.role) or 'process'} pid {p.pid} ({safe_text(p.reason)})" for p in failed),
+            style="red")
+    if not isinstance(answer, Applied) or failed:
         raise typer.Exit(1)
 
 
@@ -275,8 +281,9 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                                                                for r in ranks))
             out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
             for p in ((answer.server,) if answer.server is not None else ()) + answer.processes:
-                out.print(f"  {safe_text(p.role) or 'process'}  pid {p.pid}  generation "
-                          f"{p.generation}" + ("  (the HTTP server)" if p is answer.server else ""))
+                out.print(f"  {safe_text(p.role) or 'process'}  pid {p.pid}  " + (
+                    f"generation {p.generation}" if p.ok else f"NOT ANSWERING: {safe_text(p.reason)}")
+                    + ("  (the HTTP server)" if p is answer.server else ""))
                 for f in p.features:
                     out.print(f"    {safe_text(f.name):<16} {safe_text(f.state):<12} "
                               f"{str(f.value):<6} {'live' if f.live else 'boot':<5} from {f.source}")
@@ -295,5 +302,15 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
             for t in r.switches[-3:]:
                 out.print(f"    switch generation {t.generation}: {t.feature} {_on(t.old)} -> "
                           f"{_on(t.new)} by {t.requested_by} at step {t.step} ({t.at})")
-    if not answer.ok or not ranks or agree is False:
+    others = ((answer.server,) if answer.server is not None else ()) + answer.processes
+    silent_processes = [p for p in others if not p.ok]
+    apart = [p for p in others if p.ok and agree and p.generation != generations[0]]
+    if silent_processes and not as_json:
+        err.print("error: not answering: " + ", ".join(
+            f"{safe_text(p.role) or 'process'} pid {p.pid}" for p in silent_processes), style="red")
+    if apart and not as_json:
+        err.print(f"error: the ranks are on generation {generations[0]}, " + ", ".join(
+            f"{safe_text(p.role) or 'process'} pid {p.pid} on {p.generation}" for p in apart),
+            style="red")
+    if not answer.ok or not ranks or agree is False or silent_processes or apart:
         raise typer.Exit(1)

@@ -43,6 +43,7 @@ from dsv41_flags.engines.sglang.rpc import (MAX_NAME, MAX_REQUEST_ID, RPC_TIMEOU
 from dsv41_flags.engines.http_client import call_json
 from dsv41_flags.live import SwitchError, check_declared, check_requested_by, feature_name
 from dsv41_flags.status import process_status
+from dsv41_flags.wire import jsonable
 
 HTTP_MODULE = "sglang.srt.entrypoints.http_server"
 SET_PATH = "/dsv41_flags/set"
@@ -268,7 +269,7 @@ def install_http_routes(rt, module) -> None:
         except SwitchError as exc:
             return JSONResponse({"ok": False, "feature": fields["name"], "error": str(exc)},
                                 status_code=504)
-        return JSONResponse(data, status_code=200 if data.get("ok") else 409)
+        return JSONResponse(jsonable(data), status_code=200 if data.get("ok") else 409)
 
     @auth_level(AuthLevel.ADMIN_OPTIONAL)
     async def dsv41_flags_status(request: Request):
@@ -282,9 +283,12 @@ def install_http_routes(rt, module) -> None:
         data["server"] = process_status(rt).model_dump(mode="json")
         import dsv41_flags.engines.sglang.peers as peers
 
-        others = await asyncio.to_thread(peers.call_all, rt, {"phase": "status"})
-        data["processes"] = others[1:]
-        return JSONResponse(data, status_code=200 if data.get("ok") else 504)
+        try:
+            data["processes"] = (await asyncio.to_thread(peers.call_all, rt,
+                                                         {"phase": "status"}))[1:]
+        except SwitchError as exc:   # the launch directory is not private: said, not raised
+            data.update(ok=False, processes=[], error=f"{data.get('error') or ''} {exc}".strip())
+        return JSONResponse(jsonable(data), status_code=200 if data.get("ok") else 504)
 
     # this module's annotations are strings (``from __future__ import annotations``) and Request
     # is not a module global: give FastAPI the class itself

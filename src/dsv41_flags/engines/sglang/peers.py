@@ -24,13 +24,21 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
+import socket
 import stat
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from typing import Optional
+
+from pydantic import StrictBool, ValidationError
+
 from dsv41_flags.errors import FlagsError, SwitchError
+from dsv41_flags.state import State
+from dsv41_flags.status import WIRE, Count, ProcessStatus, Record, Text
 from dsv41_flags.text import exception_text
 from dsv41_flags.wire import dumps
 
@@ -41,6 +49,36 @@ MAX_MESSAGE = 1 << 20
 #: the longest ``ipc://`` path a Unix socket takes (``sun_path`` less its terminator)
 MAX_SOCKET_PATH = 107
 PHASES = ("check", "apply", "rollback", "status")
+
+
+class PeerAnswer(Record):
+    """What a peer answers to ``check``, ``apply`` and ``rollback`` (``answer``), as received:
+    the fields below are checked (``status.WIRE`` bounds), any other is dropped."""
+
+    ok: StrictBool
+    role: Text = ""
+    pid: Optional[Count] = None
+    generation: Optional[Count] = None
+    old: Optional[StrictBool] = None
+    new: Optional[StrictBool] = None
+    changed: Optional[StrictBool] = None
+    undone: Optional[StrictBool] = None
+    state: Optional[State] = None
+    reason: Text = ""
+
+
+def checked(data: Any, phase: str) -> dict:
+    """A peer's decoded answer to ``phase``, validated (``PeerAnswer``; ``ProcessStatus`` for
+    ``status``) and reduced to the declared fields; ``{"ok": False, "reason"}`` naming the first
+    problem when it is not a valid answer."""
+    model = ProcessStatus if phase == "status" else PeerAnswer
+    try:
+        valid = model.model_validate(data, context=WIRE)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the answer"
+        return {"ok": False, "reason": f"not a valid answer: {where}: {first['msg']}"[:300]}
+    return valid.model_dump(mode="json", include=set(model.model_fields))
 
 
 def launch_directory(launch_pid: int, *, create: bool) -> Path:
@@ -55,13 +93,23 @@ def launch_directory(launch_pid: int, *, create: bool) -> Path:
         info = base.lstat()
     except FileNotFoundError:
         return here
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise SwitchError(f"{base} is not a private directory of this user (owner uid "
-                          f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); live switches "
-                          f"outside the schedulers need it: remove it")
+    _private(base, info)
     if create:
         here.mkdir(mode=0o700, exist_ok=True)
+    try:
+        _private(here, here.lstat())
+    except FileNotFoundError:
+        pass
     return here
+
+
+def _private(path: Path, info: os.stat_result) -> None:
+    """Raises SwitchError unless ``path`` (``info``: its lstat) is a directory, not a link, owned
+    by this user, with no access for others (else another user could answer for a process)."""
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise SwitchError(f"{path} is not a private directory of this user (owner uid "
+                          f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); live switches "
+                          f"outside the schedulers need it: remove it")
 
 
 def _who(rt) -> dict[str, Any]:
@@ -129,29 +177,41 @@ class Listener:
         threading.Thread(target=self._serve, name="dsv41-flags-peer", daemon=True).start()
 
     def _serve(self) -> None:
+        """Answer every request, one at a time, for the life of the process: a request that is
+        not a JSON object (or too deep to decode) is answered as such; only the end of the
+        process's ZMQ context stops the thread."""
+        import zmq
+
         while True:
             try:
                 raw = self.socket.recv()
-            except Exception:  # noqa: BLE001 - the context was terminated: the process ends
+            except zmq.ContextTerminated:
                 return
+            except zmq.ZMQError:
+                continue
             try:
                 request = json.loads(raw)
                 reply = answer(self.rt, request) if isinstance(request, dict) else \
                     {"ok": False, "reason": "a request is a JSON object"}
-            except ValueError:
-                reply = {"ok": False, "reason": "a request is a JSON object"}
+            except Exception as exc:  # noqa: BLE001 - answered, the thread goes on
+                reply = {"ok": False, "reason": f"unreadable request ({exception_text(exc)[:100]})"}
             try:
                 self.socket.send(dumps(reply).encode())
-            except Exception:  # noqa: BLE001
+            except zmq.ContextTerminated:
                 return
+            except zmq.ZMQError:
+                continue
 
     def close(self) -> None:
+        """Remove this process's socket; the launching process removes the launch directory."""
         if os.getpid() != self.pid:   # a forked child never removes its parent's socket
             return
         try:
             self.path.unlink()
         except OSError:
             pass
+        if self.rt.launch_pid == self.pid:
+            shutil.rmtree(self.path.parent, ignore_errors=True)
 
 
 def listen(rt) -> bool:
@@ -179,7 +239,7 @@ def _alive(pid: int) -> bool:
 
 def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
     """``(role, pid, path)`` of every live peer of the launch but this process; a socket whose
-    process is gone is removed."""
+    process is gone, or that no process listens on, is removed."""
     directory = launch_directory(launch_pid, create=False)
     found = []
     try:
@@ -190,7 +250,7 @@ def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
         role, _, pid_text = path.name.rpartition("-")
         if not pid_text.isdigit() or int(pid_text) == os.getpid():
             continue
-        if not _alive(int(pid_text)):
+        if not _alive(int(pid_text)) or not _listening(path):
             try:
                 path.unlink()
             except OSError:
@@ -200,9 +260,24 @@ def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
     return found
 
 
+def _listening(path: Path) -> bool:
+    """True when a process accepts connections on the Unix socket ``path``; a file left by a
+    process that is gone (its pid perhaps reused since) refuses them at once."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 def ask(path: Path, request: dict, timeout_s: float = PEER_TIMEOUT_S) -> dict:
-    """One request to the peer at ``path``; its answer, or ``{"ok": False, "reason"}`` when it
-    did not answer within ``timeout_s`` seconds or answered something that is not an object."""
+    """One request to the peer at ``path``; its answer (``checked``), or ``{"ok": False,
+    "reason"}`` when it did not answer within ``timeout_s`` seconds or answered something that
+    is not a valid answer (wrong types, too deep, too large: ``MAX_MESSAGE``)."""
     import zmq
 
     sock = zmq.Context.instance().socket(zmq.REQ)
@@ -213,10 +288,9 @@ def ask(path: Path, request: dict, timeout_s: float = PEER_TIMEOUT_S) -> dict:
         sock.send(json.dumps(request).encode())
         if not sock.poll(int(timeout_s * 1000)):
             return {"ok": False, "reason": f"no answer within {timeout_s:g} s"}
-        data = json.loads(sock.recv())
-        return data if isinstance(data, dict) else {"ok": False, "reason": "not a JSON object"}
-    except (ValueError, zmq.ZMQError) as exc:
-        return {"ok": False, "reason": f"unreadable answer ({exc})"}
+        return checked(json.loads(sock.recv()), str(request.get("phase")))
+    except Exception as exc:  # noqa: BLE001 - anything a peer sends is its refusal, never ours
+        return {"ok": False, "reason": f"unreadable answer ({exception_text(exc)[:200]})"}
     finally:
         sock.close()
 
@@ -229,9 +303,7 @@ def call_all(rt, request: dict) -> list[dict]:
         return answers
     for role, pid, path in peer_sockets(rt.launch_pid):
         reply = ask(path, request)
-        reply.setdefault("role", role)
-        reply.setdefault("pid", pid)
-        answers.append(reply)
+        answers.append({**reply, "role": role, "pid": pid})   # who it is: the socket's name
     return answers
 
 
