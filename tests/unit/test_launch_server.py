@@ -43,3 +43,24 @@ def test_the_platform_plugin_answers_only_when_selected(monkeypatch):
     assert cpu_platform() is None
     monkeypatch.setenv("SGLANG_PLATFORM", CPU_PLATFORM)
     assert cpu_platform() == "dsv41_flags.engines.sglang.cpu_platform:CpuPlatform"
+
+
+def test_an_option_given_abbreviated_counts_as_given_as_sglangs_parser_reads_it():
+    """argparse takes ``--model-p`` for ``--model-path`` and ``--dev`` for ``--device``: neither
+    the tiny model nor ``--device cpu`` may be added after them (the last value would win)."""
+    argv, _ = server_command(["--model-p", "/my/model", "--dev", "cuda"], cpu=True, environ={})
+    assert str(TINY_MODEL) not in argv and "--load-format" not in argv
+    assert "--device" not in argv and argv.count("--dev") == 1
+
+
+def test_cpu_refuses_what_it_cannot_read_or_would_override():
+    import pytest
+
+    from dsv41_flags.errors import FlagsError
+
+    with pytest.raises(FlagsError, match="--config"):
+        server_command(["--config", "c.yaml"], cpu=True, environ={})
+    with pytest.raises(FlagsError, match="SGLANG_PLATFORM='my_npu'"):
+        server_command(["--tp", "1"], cpu=True, environ={"SGLANG_PLATFORM": "my_npu"})
+    argv, env = server_command(["--tp", "1"], cpu=True, environ={"SGLANG_PLATFORM": "dsv41_cpu"})
+    assert env["SGLANG_PLATFORM"] == "dsv41_cpu"

@@ -840,28 +840,18 @@ def serve(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
                                    "shipped tiny model (docs/quickstart.md).")) -> None:
     """Replace this process with the engine's server (``EngineAdapter.server_command``: for
     sglang, ``python -m sglang.launch_server SERVER OPTIONS``), its options passed on unchanged;
-    ``--cpu`` adds what a CPU-only machine needs, each only where not given. The settings are resolved here first: a bad settings
-    file or value, or a launch that strict mode would stop, is refused before sglang starts
-    (exit 1, with the message status gives). ``--settings`` and ``--profile`` reach every process
-    of the server as ``DSV41_SETTINGS`` and ``DSV41_ENV``; the plugin activates each one."""
-    from dsv41_flags.assembly import build
+    ``--cpu`` adds what a CPU-only machine needs, each only where not given. The launch is
+    resolved once, here: a bad settings file or value, or a launch that strict mode would stop,
+    is refused before the server starts (exit 1, with the message status gives); then it is
+    handed to every process of the server as ``dsv41-flags run`` does (the snapshot, and the
+    bootstrap for the processes sglang's plugin loader never enters: tokenizer workers)."""
     from dsv41_flags.engine import adapter
-    from dsv41_flags.launcher import exec_command
-    from dsv41_flags.names import PROFILE_VAR, SETTINGS_VAR
+    from dsv41_flags.launcher import exec_command, prepare
 
     engine = adapter()
     try:
         argv, env = engine.server_command(list(ctx.args), cpu=cpu)
-    except FlagsError as exc:
-        err.print(f"error: {exc}", style="red", highlight=False)
-        raise typer.Exit(2) from None
-    if settings:
-        env[SETTINGS_VAR] = os.pathsep.join(str(p) for p in settings)
-    if profile:
-        env[PROFILE_VAR] = profile
-    try:
-        rt = build(settings, profile, environ=env, argv=argv[1:], use_snapshot=False,
-                   configure_logging=False)
+        rt, env = prepare(settings, profile, argv[1:], env)
     except FlagsError as exc:
         _fail(exc, False)
     blockers = _boot_blockers(_feature_rows(tuple(rt.features.values()), rt.resolution,

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dsv41_flags.errors import SwitchError
 from dsv41_flags_plugin import CPU_PLATFORM
 
 #: the shipped model directory: a tiny Llama ``config.json`` only (weights: ``--load-format dummy``)
@@ -35,15 +36,20 @@ CPU_OPTIONS: tuple[tuple[str, str | None], ...] = (
 TINY_MODEL_OPTIONS: tuple[tuple[str, str | None], ...] = (
     ("--model-path", str(TINY_MODEL)), ("--load-format", "dummy"), ("--skip-tokenizer-init", None),
     ("--dtype", "float32"))
-#: sglang's spellings of one option (its argparse aliases)
-_ALIASES = {"--model-path": ("--model-path", "--model"),
-            "--tp": ("--tp", "--tp-size", "--tensor-parallel-size"),
-            "--dp": ("--dp", "--dp-size", "--data-parallel-size")}
+def canonical(option: str, table: dict[str, str]) -> str | None:
+    """The option sglang's parser takes ``option`` for (``table``: every spelling -> its
+    canonical one, ``facts.server_options``): the exact spelling, else the one option it is an
+    unambiguous prefix of (argparse's abbreviations: ``--model-p`` is ``--model-path``); None
+    for an option sglang does not have or an ambiguous prefix."""
+    if option in table:
+        return table[option]
+    matches = {canonical for spelling, canonical in table.items() if spelling.startswith(option)}
+    return matches.pop() if len(matches) == 1 else None
 
 
-def _given(args: Sequence[str]) -> dict[str, str | None]:
-    """The long options in ``args`` -> their value (``--x=v`` or ``--x v``; None for a switch or
-    an option last on the line)."""
+def _given(args: Sequence[str], table: dict[str, str]) -> dict[str, str | None]:
+    """The options in ``args``, by their canonical spelling -> their value (``--x=v`` or
+    ``--x v``; None for a switch or an option last on the line)."""
     found: dict[str, str | None] = {}
     for i, arg in enumerate(args):
         if not arg.startswith("--"):
@@ -52,27 +58,16 @@ def _given(args: Sequence[str]) -> dict[str, str | None]:
         if not eq:
             nxt = args[i + 1] if i + 1 < len(args) else None
             value = nxt if nxt is not None and not nxt.startswith("--") else None
-        found[name] = value
+        found[canonical(name, table) or name] = value
     return found
-
-
-def _value(given: Mapping[str, str | None], option: str) -> str | None:
-    for alias in _ALIASES.get(option, (option,)):
-        if alias in given:
-            return given[alias]
-    return None
-
-
-def _has(given: Mapping[str, str | None], option: str) -> bool:
-    return any(alias in given for alias in _ALIASES.get(option, (option,)))
 
 
 def _local_schedulers(given: Mapping[str, str | None]) -> int:
     """Scheduler processes this launch starts on one node: tp x dp (tp with DP attention)."""
     def size(option: str) -> int:
-        text = _value(given, option) or "1"
+        text = given.get(option) or "1"
         return int(text) if text.isdigit() and int(text) > 0 else 1
-    tp, dp = size("--tp"), size("--dp")
+    tp, dp = size("--tp-size"), size("--dp-size")
     return tp if "--enable-dp-attention" in given else tp * dp
 
 
@@ -81,16 +76,30 @@ def server_command(args: Sequence[str], *, cpu: bool, environ: Mapping[str, str]
     """``(argv, env)`` of ``python -m sglang.launch_server`` with the operator's ``args`` (sglang
     options, in order and unchanged) and, with ``cpu``, the CPU additions of the module docstring.
     ``env`` is ``environ`` (default: this process's) with ``SGLANG_PLATFORM`` and
-    ``SGLANG_CPU_OMP_THREADS_BIND`` set on a CPU. ``python`` defaults to this interpreter."""
+    ``SGLANG_CPU_OMP_THREADS_BIND`` set on a CPU. ``python`` defaults to this interpreter. An
+    option counts as given in every spelling sglang's parser takes (aliases, abbreviations).
+    Raises SwitchError (a FlagsError) for ``--cpu`` with ``--config`` or with
+    ``SGLANG_PLATFORM`` naming another platform."""
     env = dict(os.environ if environ is None else environ)
     argv = [python or sys.executable, "-m", "sglang.launch_server", *args]
     if not cpu:
         return argv, env
-    given = _given(args)
-    extra = [] if _has(given, "--model-path") else list(TINY_MODEL_OPTIONS)
-    extra += [(opt, val) for opt, val in CPU_OPTIONS if not _has(given, opt)]
+    from dsv41_flags.engines.sglang.facts import server_options
+
+    table = server_options()
+    given = _given(args, table)
+    if "--config" in given:
+        raise SwitchError("--cpu with --config: the options a config file sets cannot be told "
+                          "apart from the ones --cpu would add; give them on the command line, "
+                          "or leave out --cpu")
+    platform = env.get("SGLANG_PLATFORM", "").strip()
+    if platform and platform != CPU_PLATFORM:
+        raise SwitchError(f"--cpu selects the platform {CPU_PLATFORM}, but SGLANG_PLATFORM="
+                          f"{platform!r} names another: unset it, or leave out --cpu")
+    extra = [] if "--model-path" in given else list(TINY_MODEL_OPTIONS)
+    extra += [(opt, val) for opt, val in CPU_OPTIONS if opt not in given]
     for opt, val in extra:
-        if not _has(given, opt):
+        if opt not in given:
             argv += [opt] if val is None else [opt, val]
     env["SGLANG_PLATFORM"] = CPU_PLATFORM
     if not env.get("SGLANG_CPU_OMP_THREADS_BIND"):
