@@ -131,26 +131,28 @@ _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 _PARAM = re.compile(r"(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/+")
+
+
 def masked_url(url: str, secrets: Mapping[str, str] | None = None) -> str:
     """``url`` as it may be shown: its credentials (the userinfo ``USER:PASSWORD@``, whole) and
-    the value of every query or fragment parameter whose name marks a secret (``is_secret``:
-    ``api_key``, ``access_token``, ``password``...) as ``MASK``. Read from the text itself, so
-    a URL that does not parse is masked too: ``http://u:pw@host:1/?api_key=S`` ->
-    ``http://***@host:1/?api_key=***``. Anything else is kept as written."""
-    scheme, sep, rest = str(url).partition("://")
-    if not sep:
-        return str(url)
-    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
-              default=len(rest))
+    the value of every path, query or fragment parameter whose name marks a secret
+    (``is_secret``: ``api_key``, ``access_token``, ``password``...) as ``MASK``. Read from the
+    text itself, so a URL that does not parse is masked too, with or without its scheme
+    (``u:pw@host:1``, ``http:/u:pw@host``): ``http://u:pw@host:1/;api_key=S?token=T`` ->
+    ``http://***@host:1/;api_key=***?token=***``. Anything else is kept as written."""
+    text = str(url)
+    scheme = _SCHEME.match(text)
+    head = scheme.group(0) if scheme else ""
+    rest = text[len(head):]
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#"))
+               if i >= 0), default=len(rest))
     authority, tail = rest[:cut], rest[cut:]
     if "@" in authority:
         authority = MASK + authority[authority.rindex("@"):]
-    if "?" in tail or "#" in tail:
-        split = min(i for i in (tail.find("?"), tail.find("#")) if i >= 0)
-        tail = tail[:split] + _PARAM.sub(
-            lambda m: f"{m['name']}={MASK}" if is_secret(m["name"], secrets) else m[0],
-            tail[split:])
-    return f"{scheme}://{authority}{tail}"
+    tail = _PARAM.sub(lambda m: f"{m['name']}={MASK}" if is_secret(m["name"].lstrip("/"), secrets)
+                      else m[0], tail)
+    return f"{head}{authority}{tail}"
 
 
 def masked_text(text: str, secrets: Mapping[str, str] | None = None) -> str:

@@ -405,3 +405,14 @@ def test_a_url_with_credentials_in_a_settings_value_is_masked_in_every_output(tm
         assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
         assert "S3CRET-PW" not in r.stdout + r.stderr, args
         assert f"https://{MASK}@cache.internal:8443/?sig=1" in r.stdout, (args, r.stdout)
+
+
+@pytest.mark.parametrize("url,shown", [
+    ("admin:S3CRET@127.0.0.1:42999", "***@127.0.0.1:42999"),            # no scheme
+    ("http:/admin:S3CRET@127.0.0.1:42999", "http:/***@127.0.0.1:42999"),  # a malformed scheme
+    ("http://127.0.0.1:42999/;api_key=S3CRET", "http://127.0.0.1:42999/;api_key=***"),  # path parameter
+])
+def test_credentials_are_masked_in_every_shape_of_url(url, shown):
+    from dsv41_flags.secrecy import masked_url
+
+    assert masked_url(url) == shown and "S3CRET" not in masked_url(url)
