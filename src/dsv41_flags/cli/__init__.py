@@ -305,6 +305,18 @@ def _boot_blockers(rows: list[FeatureStatus], resolution) -> list[FeatureStatus]
     return [r for r in rows if blocks_boot(r.state, resolution.strict)]
 
 
+def _refuse_blocked(rt: Runtime, what: str) -> None:
+    """Exit 1, with the message status gives, when strict mode would stop this launch (an armed
+    feature that drifted, failed or cannot install): ``run`` and ``serve`` start nothing then."""
+    blockers = _boot_blockers(_feature_rows(tuple(rt.features.values()), rt.resolution,
+                                            rt.features_dir, rt.fingerprint, armed_only=True),
+                              rt.resolution)
+    if blockers:
+        _print_blockers(blockers)
+        err.print(f"error: not starting {what}", style="red", highlight=False)
+        raise typer.Exit(1)
+
+
 def _print_blockers(blockers: list[FeatureStatus]) -> None:
     for r in blockers:
         err.print(f"error: feature {r.name!r}: target {r.target} drifted: missing "
@@ -795,13 +807,7 @@ def run(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         rt, env = prepare(settings, profile, list(ctx.args))
     except FlagsError as exc:
         _fail(exc, False)
-    blockers = _boot_blockers(_feature_rows(tuple(rt.features.values()), rt.resolution,
-                                            rt.features_dir, rt.fingerprint, armed_only=True),
-                              rt.resolution)
-    if blockers:
-        _print_blockers(blockers)
-        err.print(f"error: not starting {ctx.args[0]}", style="red", highlight=False)
-        raise typer.Exit(1)
+    _refuse_blocked(rt, ctx.args[0])
     bypass = bootstrap_bypass(ctx.args, env)
     if bypass and rt.resolution.strict:
         err.print(f"error: {bypass}", style="red", highlight=False)
@@ -854,13 +860,7 @@ def serve(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         rt, env = prepare(settings, profile, argv[1:], env)
     except FlagsError as exc:
         _fail(exc, False)
-    blockers = _boot_blockers(_feature_rows(tuple(rt.features.values()), rt.resolution,
-                                            rt.features_dir, rt.fingerprint, armed_only=True),
-                              rt.resolution)
-    if blockers:
-        _print_blockers(blockers)
-        err.print(f"error: not starting {engine.name}'s server", style="red", highlight=False)
-        raise typer.Exit(1)
+    _refuse_blocked(rt, f"{engine.name}'s server")
     try:
         exec_command(argv, env)
     except OSError as exc:
