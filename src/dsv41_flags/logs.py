@@ -17,6 +17,7 @@ import io
 import logging
 import os
 import sys
+import threading
 from typing import Any, Callable, Mapping
 
 import structlog
@@ -62,6 +63,12 @@ HEALTH = LogHealth()
 
 
 # --------------------------------------------------------------------------------- output
+#: serialises lines to a stream without a descriptor; a new lock in a forked child
+_OTHER_STREAM_LOCK = [threading.Lock()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _OTHER_STREAM_LOCK.__setitem__(0, threading.Lock()))
+
+
 class StderrLogger:
     """structlog logger (the sink): each rendered line to ``stream``, or to the stream that is
     ``sys.stderr`` when the line is written. A missing, closed or failing stream loses the line,
@@ -72,7 +79,9 @@ class StderrLogger:
     layers, and so ``structlog.WriteLogger``, report success while they drop the bytes of a full
     non-blocking pipe. What such a pipe does not take is a lost line, with no wait; a line cut
     after its first bytes is followed by a newline first. Any other stream (a ``StringIO``, a
-    host's wrapper) is written by ``structlog.WriteLogger``."""
+    host's wrapper) gets ``write`` and ``flush`` under one lock that a forked child renews
+    (``structlog.WriteLogger``'s lock per stream would stay held in a child forked while
+    another thread writes: the child would hang at its first event)."""
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream
@@ -83,9 +92,12 @@ class StderrLogger:
             stream = sys.stderr if self.stream is None else self.stream
             if stream is None:
                 raise OSError("no stream (sys.stderr is None)")
-            raw = getattr(getattr(stream, "buffer", None), "raw", None)
+            buffer = getattr(stream, "buffer", None)   # FileIO itself when unbuffered (-u)
+            raw = buffer if isinstance(buffer, io.RawIOBase) else getattr(buffer, "raw", None)
             if not (isinstance(stream, io.TextIOWrapper) and isinstance(raw, io.RawIOBase)):
-                structlog.WriteLogger(stream).msg(message)
+                with _OTHER_STREAM_LOCK[0]:
+                    stream.write(message + "\n")
+                    stream.flush()
                 return
             stream.flush()
             data = (("\n" if HEALTH.cut_line else "") + message + "\n").encode(

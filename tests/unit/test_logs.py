@@ -223,7 +223,8 @@ print(json.dumps(HEALTH.as_dict()), flush=True)
 """
 
 
-def test_full_nonblocking_stderr_pipe_loss_is_counted_and_reported(run_program):
+@pytest.mark.parametrize("unbuffered", ["", "1"])   # -u: sys.stderr.buffer is the FileIO itself
+def test_full_nonblocking_stderr_pipe_loss_is_counted_and_reported(run_program, unbuffered):
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETFL, fcntl.fcntl(w, fcntl.F_GETFL) | os.O_NONBLOCK)
     filled = 0
@@ -232,7 +233,7 @@ def test_full_nonblocking_stderr_pipe_loss_is_counted_and_reported(run_program):
             filled += os.write(w, b"x" * 65536)
     except BlockingIOError:
         pass
-    env = {**run_program.env, "DSV41_DEMO_CAP": "false"}
+    env = {**run_program.env, "DSV41_DEMO_CAP": "false", "PYTHONUNBUFFERED": unbuffered}
     start = time.monotonic()
     child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, cwd=run_program.dir, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=w, text=True)
