@@ -513,7 +513,7 @@ class Runtime:
         name = feature.name
         self.check_patches((feature,))  # a patch lost since it was installed is refused here
         st = self._states.get(name)
-        state = st.state if st is not None else "not armed"
+        state = st.state if st is not None else State.NOT_ARMED
         if name not in self._hooked or st is None or not st.state.switchable:  # hooked: in place or will be
             why = f" ({st.detail})" if st is not None and st.detail else ""
             raise SwitchError(

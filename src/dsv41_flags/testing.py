@@ -8,7 +8,7 @@ the real thing in-process and puts everything back afterwards::
         kit = dsv41_flags_runtime
         rt = kit.activate({"my_fix": True}, {"my_fix": {"limit": 16}}, features_dir="features")
         import my_engine_module                      # the target: the patch installs here
-        assert kit.state("my_fix") == "installed"
+        assert kit.state("my_fix") == State.INSTALLED      # from dsv41_flags import State
         assert kit.events("feature.installed")[0]["feature"] == "my_fix"
 
 ``activate`` goes through ``dsv41_flags.activate()`` exactly as a process does: flag and option

@@ -24,7 +24,6 @@ SHARED = {"off"}
 
 #: (module, word): a string with the spelling of a word that means something else there
 OTHER_MEANING = {
-    ("upgrade_gate/sources.py", "installed"): "the label of the installed engine release",
     ("rank_guard.py", "armed"): "the field of the flags.resolved payload compared across ranks",
     ("snapshot_schema.py", "missing"): "pydantic's error type for an absent field, not a verdict",
     ("cli/__init__.py", "ok"): "validate's overall answer (ok or invalid), not a verdict",

@@ -75,7 +75,7 @@ class InstalledView:
     """Sources of the installed environment, found through ``find_spec`` of the top-level name
     (which imports nothing but that name's finder), then by path."""
 
-    label = "installed"
+    label = "installed environment"
 
     def find(self, module: str) -> tuple[str, bool] | None:
         parts = module_parts(module)
