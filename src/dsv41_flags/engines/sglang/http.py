@@ -171,7 +171,7 @@ def _merge(answers: list[dict]) -> dict:
     return merged
 
 
-async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float, rt=None,
+async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float, rt,
                         tokenizer_workers: int = 1) -> dict:
     """A switch on every process of the launch (``peers``): every scheduler group votes, then
     this HTTP process and every peer; the groups apply expecting one generation, then every peer
@@ -188,8 +188,7 @@ async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: floa
     check = _merge((await client.call(tm, SET_METHOD, timeout_s, phase="check", **params))["answers"])
     if not check["ok"]:
         return check
-    votes, refusal = (await asyncio.to_thread(peers.vote, rt, params, tokenizer_workers)
-                      if rt is not None else ([], None))
+    votes, refusal = await asyncio.to_thread(peers.vote, rt, params, tokenizer_workers)
     check["processes"] = votes
     if refusal:
         return {**check, "ok": False, "error": refusal}
@@ -206,7 +205,7 @@ async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: floa
                              **params)
     applied = _merge(done["answers"])
     failure = None
-    if applied["ok"] and rt is not None:
+    if applied["ok"]:
         generation = max(r.get("generation") or 0 for r in applied["ranks"])
         applied["processes"], failure = await asyncio.to_thread(
             peers.apply, rt, params, generation, fields["request_id"])

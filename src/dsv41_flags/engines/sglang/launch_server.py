@@ -96,8 +96,7 @@ def server_command(args: Sequence[str], *, cpu: bool, environ: Mapping[str, str]
     if platform and platform != CPU_PLATFORM:
         raise SwitchError(f"--cpu selects the platform {CPU_PLATFORM}, but SGLANG_PLATFORM="
                           f"{platform!r} names another: unset it, or leave out --cpu")
-    extra = [] if "--model-path" in given else list(TINY_MODEL_OPTIONS)
-    extra += [(opt, val) for opt, val in CPU_OPTIONS if opt not in given]
+    extra = (() if "--model-path" in given else TINY_MODEL_OPTIONS) + CPU_OPTIONS
     for opt, val in extra:
         if opt not in given:
             argv += [opt] if val is None else [opt, val]

@@ -10,8 +10,8 @@ socket ``ipc://<launch directory>/<role>-<pid>``. The launch directory is privat
 launch's pid, which every process of the launch knows (``Runtime.launch_pid``, ``DSV41_LAUNCH``).
 The HTTP process finds the peers by listing it.
 
-A switch through the route (``http.switch_groups``): every peer and the HTTP process itself vote
-first (``check``), so a process that refuses, or one that does not answer within
+A switch through the route (``http.switch_groups``): after the ranks' vote, every peer and the
+HTTP process itself vote (``check``), so a process that refuses, or one that does not answer within
 ``PEER_TIMEOUT_S``, refuses the switch before any rank applies it; then the ranks apply it at one
 step; then each peer applies it with the ranks' generation, at its own safe point (between two
 calls of the feature: a call in progress keeps the value it read, ``live.gated``). A peer that
@@ -227,19 +227,9 @@ def listen(rt) -> bool:
     return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
-    """``(role, pid, path)`` of every live peer of the launch but this process; a socket whose
-    process is gone, or that no process listens on, is removed."""
+    """``(role, pid, path)`` of every live peer of the launch but this process; a socket no
+    process listens on (its process is gone) is removed."""
     directory = launch_directory(launch_pid, create=False)
     found = []
     try:
@@ -250,7 +240,7 @@ def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
         role, _, pid_text = path.name.rpartition("-")
         if not pid_text.isdigit() or int(pid_text) == os.getpid():
             continue
-        if not _alive(int(pid_text)) or not _listening(path):
+        if not _listening(path):
             try:
                 path.unlink()
             except OSError:
