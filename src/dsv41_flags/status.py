@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Mapping, Optional, Sequence
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt,
-                      StrictStr, ValidationInfo)
+                      StrictStr, ValidationError, ValidationInfo)
 
 from dsv41_flags.drift import engine_version
 from dsv41_flags.state import State
@@ -41,6 +41,15 @@ def _bounded(limit: int) -> AfterValidator:
 Text = Annotated[StrictStr, _bounded(TEXT_MAX)]
 Count = Annotated[StrictInt, Field(ge=0)]
 Texts = Annotated[tuple[Text, ...], _bounded(LIST_MAX)]
+
+
+def first_problem(exc: ValidationError) -> str:
+    """``where: what`` of the first problem of a record received (``WIRE``), ``(and N more)``
+    when there are others: ``ranks.0.pid: Input should be a valid integer``."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "the answer"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
 
 
 class Record(BaseModel):

@@ -29,7 +29,8 @@ from dsv41_flags.cli.output import err, out, safe_text
 from dsv41_flags.engine import adapter
 from dsv41_flags.engines.http_client import Refused
 from dsv41_flags.live import SwitchError, check_requested_by, parse_assignment, parse_value
-from dsv41_flags.status import LIST_MAX, WIRE, Count, RankId, Record, StatusAnswer, Text
+from dsv41_flags.status import (LIST_MAX, WIRE, Count, RankId, Record, StatusAnswer, Text,
+                                first_problem)
 
 #: the variable ``--api-key`` defaults to (kept out of shell history)
 API_KEY_VAR = "DSV41_API_KEY"
@@ -81,10 +82,7 @@ class Refusal(Record):
 
 def _invalid(what: str, exc: ValidationError) -> str:
     """One line: the first problem of ``exc`` with where it is in the answer."""
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "the answer"
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"the server's {what} answer is not valid: {where}: {first['msg']}{more}"
+    return f"the server's {what} answer is not valid: {first_problem(exc)}"
 
 
 def _rank(entry: RankId) -> str:

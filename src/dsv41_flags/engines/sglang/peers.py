@@ -38,7 +38,7 @@ from pydantic import StrictBool, ValidationError
 
 from dsv41_flags.errors import FlagsError, SwitchError
 from dsv41_flags.state import State
-from dsv41_flags.status import WIRE, Count, ProcessStatus, Record, Text
+from dsv41_flags.status import WIRE, Count, ProcessStatus, Record, Text, first_problem
 from dsv41_flags.text import exception_text
 from dsv41_flags.wire import dumps
 
@@ -75,9 +75,7 @@ def checked(data: Any, phase: str) -> dict:
     try:
         valid = model.model_validate(data, context=WIRE)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "the answer"
-        return {"ok": False, "reason": f"not a valid answer: {where}: {first['msg']}"[:300]}
+        return {"ok": False, "reason": f"not a valid answer: {first_problem(exc)}"[:300]}
     return valid.model_dump(mode="json", include=set(model.model_fields))
 
 
