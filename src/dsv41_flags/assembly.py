@@ -96,6 +96,10 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         features, resolution, fdir = resolve_launch(settings_files, profile, environ, features_dir,
                                                     configure_logging=configure_logging,
                                                     context=context)
+        if argv is None:
+            argv = own_argv()
+        if resolution.reserved.get("FLEET") and not resolution.errors:
+            resolution = fleet_boot(resolution, features, argv, environ)
         resolution.raise_for_errors()
     except FlagsError as exc:
         if refused is not None:
@@ -104,8 +108,6 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
         raise
     if refused is not None and resolution.strict:
         raise refused
-    if argv is None:
-        argv = own_argv()
     fingerprint = compute(resolution, features, argv, environ)
     rt = Runtime(features, Launch.of(resolution, fingerprint, features, fdir, _dsv41_vars(environ)),
                  context=context)
@@ -117,6 +119,19 @@ def build(settings_files: Sequence[str | os.PathLike] | None = None, profile: st
                                f"process instead (the launch's values may differ from these"
                                f"{differs})")
     return rt
+
+
+def fleet_boot(resolution: Resolution, features: Sequence[Feature], argv: Sequence[str],
+               environ: Mapping[str, str]) -> Resolution:
+    """``resolution`` with the flag service's values read once (``fleet.boot``), the evaluation
+    context naming this launch (the engine's ``fleet_context`` of ``argv``, the fingerprint of
+    the settings before the fleet's values)."""
+    from dsv41_flags.engine import adapter
+    from dsv41_flags.fleet import boot
+
+    facts = adapter().fleet_context(list(argv))
+    settings_fingerprint = compute(resolution, features, argv, environ).digest
+    return boot(resolution, features, facts, environ, settings_fingerprint)
 
 
 def settings_file_list(value: Any) -> list[str] | None:

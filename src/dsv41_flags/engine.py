@@ -95,7 +95,12 @@ class EngineAdapter:
       SwitchError;
     server_command: ``(args, *, cpu) -> (argv, env)``: the command line of the engine's server
       with the operator's ``args`` (``dsv41-flags serve``; ``cpu``: on a CPU-only machine).
-      Default: SwitchError. Every hook may raise; the core applies the error policy.
+      Default: SwitchError;
+    fleet_context: ``(argv) -> dict``: what the flag service's evaluation context says of a
+      launch (``argv``: its command line): ``host``, ``port``, ``model_path``,
+      ``served_model_name``, ``tp_size``, ``dp_size``, ``pp_size``, ``engine_version`` (keys
+      the engine cannot tell are left out). Default: ``{}``.
+      Every hook may raise; the core applies the error policy.
     """
 
     name: str
@@ -112,6 +117,7 @@ class EngineAdapter:
     remote_switch: Callable[..., dict] = _no_live
     remote_status: Callable[..., dict] = _no_live
     server_command: Callable[..., tuple] = _no_live
+    fleet_context: Callable[[list[str]], dict] = lambda argv: {}
 
 
 #: no engine installed: no default range, no engine variables, no hook points

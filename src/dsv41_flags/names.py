@@ -57,6 +57,8 @@ RESERVED: dict[str, ReservedName] = {r.key: r for r in (
     ReservedName("EXTERNAL", "variables read by adapters not ported yet: known, not flags",
                  Kind.LIST, ()),
     ReservedName("FINGERPRINT", "the fingerprint table (prefixes, volatile, volatile_argv)"),
+    ReservedName("FLEET", "the fleet table: the flag service that drives live features "
+                          "(docs/fleet.md; DSV41_FLEET_<FIELD> variables)"),
     ReservedName("SECRET_NAMES", "names that mark a secret, added to the engine's (a variable or "
                  "launch option whose name holds one is never kept; see secrecy.is_secret)",
                  Kind.LIST, ()),

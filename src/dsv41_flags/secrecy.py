@@ -36,6 +36,7 @@ CORE_SECRETS: dict[str, str] = {
     "refresh-token": "an access token", "id-token": "an identity token",
     # the framework's own key for set / status --url
     "dsv41-api-key": "the CLI's key for the live routes (DSV41_API_KEY)",
+    "fleet-token": "the flag service's token (DSV41_FLEET_TOKEN)",
 }
 #: the framework's setting that lists secret names (parts): names, not secrets
 LISTS_OF_SECRET_NAMES = {("secret", "names"), ("dsv41", "secret", "names")}

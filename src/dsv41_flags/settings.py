@@ -239,6 +239,7 @@ def resolve(settings: LoadedSettings, profile: str, profiles: tuple[str, ...], f
     reserved = reserved_settings(settings, environ, problems, reserved_values)
     fp, volatile_sources = _fingerprint_settings(settings, problems, bool(reserved["STRICT"]))
     reserved["FINGERPRINT"] = fp
+    reserved["FLEET"] = fleet_table(settings, environ, problems)
 
     values: dict[str, Resolved] = {}
     for feature in features:
@@ -258,7 +259,9 @@ def resolve(settings: LoadedSettings, profile: str, profiles: tuple[str, ...], f
 
     strict = bool(reserved["STRICT"])
     known = set(values) | set(RESERVED_KEYS)
-    external = set(reserved["EXTERNAL"]) | set(volatile_sources)
+    from dsv41_flags.fleet_settings import VARIABLES as FLEET_VARIABLES
+
+    external = set(reserved["EXTERNAL"]) | set(volatile_sources) | set(FLEET_VARIABLES)
     origin = ("known features: " + (", ".join(f"{f.name} ({_feature_origin(f, features_dir)})"
                                               for f in features) or "none found")
               if features_dir else "")
@@ -315,6 +318,95 @@ def _fingerprint_settings(settings: LoadedSettings, problems: list[Problem], str
     out["prefix_sources"] = {p: prefix_sources.get(p, "settings fingerprint.prefixes")
                              for p in out["prefixes"]}
     return out, sources
+
+
+def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
+                problems: list[Problem]) -> dict[str, Any]:
+    """The typed ``fleet`` table (``fleet_settings.FleetSettings``) as the launch keeps it:
+    ``{"settings": <its JSON form>, "sources": {field: source}}``, or ``{}`` when no profile
+    layer has a ``fleet`` table and no ``DSV41_FLEET_*`` variable is set. The tables of the
+    layers merge field by field (a profile's field over ``[default]``'s), the variables last;
+    each field's source is the file [section] or ``env DSV41_FLEET_<FIELD>`` that set it.
+
+    Problems (appended, each naming the field, where it came from, the value and what is
+    accepted): a value of the wrong type or out of range, an unknown field, a ``token`` in a
+    file (a secret belongs in ``DSV41_FLEET_TOKEN`` or ``token_file``), a missing ``url``
+    (unleash) or ``path`` (flagd)."""
+    from pydantic import ValidationError
+
+    from dsv41_flags.fleet_settings import (FIELD_KINDS, TABLE, TOKEN_VAR, VARIABLE_PREFIX,
+                                            FleetSettings, problem_text, variable_value)
+
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    accepted = ", ".join(FIELD_KINDS)
+    for entry in settings.entries(TABLE):
+        origin = f"{entry['identifier']} [{entry['env']}]"
+        table = entry.get("value")
+        if not isinstance(table, dict):
+            problems.append(Problem(TABLE, origin, f"{origin}: fleet = {quoted(table)} must be a "
+                                    f"table with {accepted}"))
+            continue
+        for name, value in table.items():
+            field = str(name).lower()
+            if field == "token":
+                problems.append(Problem(f"{TABLE}.token", origin, (
+                    f"{origin}: fleet.token ({MASK}, a secret) is refused in a settings file: a "
+                    f"file is copied, committed and shown; accepted: the variable {TOKEN_VAR} "
+                    f"or fleet.token_file (a file holding the token)")))
+            elif field not in FIELD_KINDS:
+                problems.append(Problem(f"{TABLE}.{name}", origin, (
+                    f"{origin}: fleet.{name} is not a fleet setting; accepted: {accepted}"
+                    f"{suggest(field, list(FIELD_KINDS))}")))
+            else:
+                merged[field], sources[field] = value, origin
+    for field in FIELD_KINDS:
+        var = VARIABLE_PREFIX + field.upper()
+        if var in environ:
+            try:
+                merged[field], sources[field] = variable_value(field, environ[var]), f"env {var}"
+            except CastError as exc:
+                problems.append(Problem(var, f"env {var}", f"{var}={quoted(environ[var])} "
+                                        f"(environment variable) is not a valid fleet.{field}; "
+                                        f"accepted: {exc.accepted}"))
+    if not merged and not sources:
+        return {}
+    try:
+        fleet = FleetSettings.model_validate(merged)
+    except ValidationError as exc:
+        for field, why in problem_text(exc):
+            top = field.split(".")[0]
+            origin = sources.get(top, "the fleet table")
+            shown_value = quoted(merged[top]) if top in merged else "(not set)"
+            problems.append(Problem(f"{TABLE}.{field}", origin, (
+                f"fleet.{field} = {shown_value} ({origin}) is not accepted: {why}; accepted: "
+                f"{_fleet_accepted(top)}")))
+        return {}
+    missing = {"unleash": "url", "flagd": "path"}[fleet.provider]
+    if not getattr(fleet, missing):
+        problems.append(Problem(f"{TABLE}.{missing}", sources.get("provider", "the fleet table"), (
+            f"fleet.provider = {fleet.provider!r} ({sources.get('provider')}) needs fleet.{missing} "
+            f"({'the Unleash client API URL, http://HOST:4242/api' if missing == 'url' else 'the flagd flag definition file'}); "
+            f"it is not set")))
+        return {}
+    return {"settings": fleet.model_dump(mode="json"), "sources": sources}
+
+
+def _fleet_accepted(field: str) -> str:
+    """What ``fleet.<field>`` accepts, in words."""
+    from dsv41_flags.fleet_settings import PROVIDERS, FleetSettings
+
+    info = FleetSettings.model_fields.get(field)
+    if field == "provider":
+        return " or ".join(PROVIDERS)
+    if field == "labels":
+        return "a table of text values (labels = { cluster = \"canary\" })"
+    if info is None:
+        return "a fleet setting"
+    bounds = [f"{m.__class__.__name__.lower()} {getattr(m, m.__class__.__name__.lower(), '')}"
+              for m in info.metadata if hasattr(m, m.__class__.__name__.lower())]
+    kind = info.annotation.__name__ if hasattr(info.annotation, "__name__") else str(info.annotation)
+    return kind + (f" ({', '.join(bounds)})" if bounds else "")
 
 
 def _feature_origin(feature, features_dir) -> str:

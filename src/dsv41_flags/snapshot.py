@@ -458,9 +458,45 @@ def _reserved(reserved: Mapping) -> dict[str, Any]:
     for name in ("prefixes", "volatile", "volatile_argv"):
         if not isinstance(out["FINGERPRINT"].get(name, ()), tuple):
             raise _fail(f"reserved setting FINGERPRINT.{name} is not a list of strings")
+    out["FLEET"] = _fleet(reserved.get("FLEET", {}))
     extra = sorted(set(reserved) - set(out))
     if extra:
         raise _fail(f"unknown reserved setting(s) {', '.join(extra)}")
+    return out
+
+
+def _fleet(table: Any) -> dict[str, Any]:
+    """The snapshot's fleet table: ``{}`` or ``{"settings": FleetSettings, "sources": {field:
+    source}, "context": {"targeting_key": str, "attributes": {str: str|int|float|bool}}}`` in
+    JSON form (``context`` once the launch read the flag service), checked by the model. Raises
+    SnapshotError."""
+    if table == {}:
+        return {}
+    from pydantic import ValidationError
+
+    from dsv41_flags.fleet_settings import from_wire, problem_text
+
+    context = table.get("context", {}) if isinstance(table, dict) else None
+    if not (isinstance(context, dict) and set(context) <= {"targeting_key", "attributes"}
+            and isinstance(context.get("targeting_key", ""), str)
+            and isinstance(context.get("attributes", {}), dict)
+            and all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                    for k, v in context.get("attributes", {}).items())):
+        raise _fail("reserved setting FLEET.context is not {targeting_key, attributes}")
+    if not (isinstance(table, dict) and set(table) - {"context"} == {"settings", "sources"}
+            and isinstance(table["sources"], dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in table["sources"].items())
+            and isinstance(table["settings"], dict)):
+        raise _fail("reserved setting FLEET is not {settings, sources}")
+    try:
+        settings = from_wire(table["settings"]).model_dump(mode="json")
+    except ValidationError as exc:
+        field, why = problem_text(exc)[0]
+        raise _fail(f"reserved setting FLEET.{field}: {why}") from None
+    out = {"settings": settings, "sources": dict(table["sources"])}
+    if "context" in table:
+        out["context"] = {"targeting_key": context.get("targeting_key", ""),
+                          "attributes": dict(context.get("attributes", {}))}
     return out
 
 

@@ -154,15 +154,56 @@ class ProcessStatus(RankId):
     notes: Texts = ()
 
 
+class FleetFeature(Record):
+    """One feature as the flag service drives it on one server (``fleet.Watcher``).
+
+    flag: its flag's key; live: it may be switched while serving; fleet_value: the value the
+    flag service gives this server (None: it has none, or could not be read); applied: the value
+    in effect on the server; agrees: the two are the same (or the service has no value);
+    reason: why they differ (``restart needed``, the refusal of a rank, ``unreachable``, a value
+    of the wrong type, ...); changed_at: when ``fleet_value`` last changed (ISO 8601, UTC)."""
+
+    feature: Text
+    flag: Text
+    live: StrictBool = False
+    fleet_value: Optional[StrictBool] = None
+    applied: Optional[StrictBool] = None
+    agrees: StrictBool = True
+    reason: Text = ""
+    changed_at: Text = ""
+
+
+class FleetStatus(Record):
+    """The flag service of one server: which one (``provider``, ``where``: no secret), the
+    server's targeting key (``instance_id``), whether it can be read now (``reachable``; since
+    when it cannot: ``unreachable_since``, with ``problem``), its last read (``last_read``), the
+    changes refused (``refused``), switches made (``switches``), changes coalesced into a later
+    switch (``coalesced``) and each feature (``FleetFeature``)."""
+
+    provider: Text
+    where: Text = ""
+    instance_id: Text = ""
+    reachable: StrictBool = False
+    unreachable_since: Text = ""
+    problem: Text = ""
+    last_read: Text = ""
+    refused: Count = 0
+    switches: Count = 0
+    coalesced: Count = 0
+    features: Annotated[tuple[FleetFeature, ...], _bounded(LIST_MAX)] = ()
+
+
 class StatusAnswer(Record):
     """``GET /dsv41_flags/status``: ``{ok, groups, ranks, server, processes, error}``: each
     scheduler rank, the HTTP process (``server``) and every other process of the launch outside
-    the schedulers (``processes``: the detokenizer, the data-parallel controller)."""
+    the schedulers (``processes``: the detokenizer, the data-parallel controller); ``fleet``: the
+    flag service driving the server, when one is set (``FleetStatus``)."""
 
     ok: StrictBool
     ranks: Annotated[tuple[ProcessStatus, ...], _bounded(LIST_MAX)] = ()
     server: Optional[ProcessStatus] = None
     processes: Annotated[tuple[ProcessStatus, ...], _bounded(LIST_MAX)] = ()
+    fleet: Optional[FleetStatus] = None
     error: Text = ""
 
 

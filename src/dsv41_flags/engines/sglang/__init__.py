@@ -18,7 +18,7 @@ from __future__ import annotations
 from dsv41_flags.engine import EngineAdapter
 from dsv41_flags.engines.sglang.facts import DEFAULT_RANGE, DISTRIBUTION, FINGERPRINT
 from dsv41_flags.engines.sglang.http import http_set, http_status
-from dsv41_flags.engines.sglang.launch_server import server_command
+from dsv41_flags.engines.sglang.launch_server import fleet_context, server_command
 from dsv41_flags.engines.sglang.processes import (NO_WORLD_ROLES, arm_live, caller_context,
                                                   on_serving, on_world_ready, plugin_will_activate)
 from dsv41_flags.engines.sglang.rpc import engine_status, switch_engine
@@ -40,4 +40,5 @@ ADAPTER = EngineAdapter(
     remote_switch=http_set,
     remote_status=http_status,
     server_command=server_command,
+    fleet_context=fleet_context,
 )

@@ -280,7 +280,12 @@ def install_http_routes(rt, module) -> None:
         except SwitchError as exc:
             data = {"ok": False, "error": str(exc), "ranks": []}
         data["server"] = process_status(rt).model_dump(mode="json")
+        import dsv41_flags.engines.sglang.fleet as fleet
         import dsv41_flags.engines.sglang.peers as peers
+
+        fleet_status = fleet.status_of(rt)
+        if fleet_status is not None:
+            data["fleet"] = fleet_status.model_dump(mode="json")
 
         try:
             data["processes"] = (await asyncio.to_thread(peers.call_all, rt,
@@ -295,6 +300,10 @@ def install_http_routes(rt, module) -> None:
         endpoint.__annotations__ = {"request": Request}
     app.add_api_route(SET_PATH, dsv41_flags_set, methods=["POST"])
     app.add_api_route(STATUS_PATH, dsv41_flags_status, methods=["GET"])
+    if rt.resolution.reserved.get("FLEET"):
+        import dsv41_flags.engines.sglang.fleet as fleet
+
+        fleet.start(rt, module)
 
 
 # ------------------------------------------------------------------ CLI side (HTTP client)

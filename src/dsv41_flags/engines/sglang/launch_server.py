@@ -106,3 +106,31 @@ def server_command(args: Sequence[str], *, cpu: bool, environ: Mapping[str, str]
         env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(
             str(cores[i % len(cores)]) for i in range(_local_schedulers(given)))
     return argv, env
+
+
+def fleet_context(argv: Sequence[str]) -> dict:
+    """What the flag service's evaluation context says of the launch ``argv`` (any command line
+    carrying sglang's server options: ``sglang.launch_server``, ``sglang serve``, ``dsv41-flags
+    serve``; see ``EngineAdapter.fleet_context``): ``host`` and ``port`` (sglang's defaults
+    127.0.0.1 and 30000 when not given), ``model_path``, ``served_model_name`` (the model path
+    when not given), ``tp_size``, ``dp_size``, ``pp_size`` (1 when not given, ints) and
+    ``engine_version`` (the installed sglang)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from dsv41_flags.engines.sglang.facts import DISTRIBUTION, server_options
+
+    given = _given(list(argv), server_options())
+
+    def size(option: str) -> int:
+        text = given.get(option) or "1"
+        return int(text) if text.isdigit() and int(text) > 0 else 1
+
+    try:
+        engine = version(DISTRIBUTION)
+    except PackageNotFoundError:
+        engine = ""
+    model = given.get("--model-path") or ""
+    return {"host": given.get("--host") or "127.0.0.1", "port": given.get("--port") or "30000",
+            "model_path": model, "served_model_name": given.get("--served-model-name") or model,
+            "tp_size": size("--tp-size"), "dp_size": size("--dp-size"),
+            "pp_size": size("--pp-size"), "engine_version": engine}

@@ -94,3 +94,50 @@ def update_safely(rt) -> None:
         update(rt)
     except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
         rt.log.warning("flags.metrics_failed", error=f"{exception_text(exc)}")
+
+
+FLEET_VALUE_METRIC = "dsv41_flags_fleet_value"
+FLEET_APPLIED_METRIC = "dsv41_flags_fleet_applied"
+FLEET_REFUSED_METRIC = "dsv41_flags_fleet_refused"
+FLEET_REACHABLE_METRIC = "dsv41_flags_fleet_reachable"
+
+
+def update_fleet(rt, status) -> bool:
+    """Write the fleet's samples of this server (``status``: a ``status.FleetStatus``; the
+    metric objects are kept in ``rt.live.transport["fleet_metrics"]``), from the
+    HTTP server process that reads the flag service:
+
+    - ``dsv41_flags_fleet_value{feature}``: the flag service's value (1 on, 0 off; -1 none);
+    - ``dsv41_flags_fleet_applied{feature}``: the value in effect on the server (1 on, 0 off);
+    - ``dsv41_flags_fleet_reachable``: 1 when the flag service could be read at the last try;
+    - ``dsv41_flags_fleet_refused_total``: fleet changes refused (a counter).
+
+    Returns False when sglang's metrics are off."""
+    _fleet_metrics = rt.live.transport.get("fleet_metrics")
+    if _fleet_metrics is None and not enabled():
+        return False
+    try:
+        from prometheus_client import Counter, Gauge
+    except ImportError:
+        return False
+    if _fleet_metrics is None:
+        _fleet_metrics = rt.live.transport["fleet_metrics"] = dict(
+            value=Gauge(FLEET_VALUE_METRIC, "dsv41_flags: the flag service's value for a feature "
+                        "on this server (1 on, 0 off, -1 none)", ("feature",),
+                        multiprocess_mode="livemax"),
+            applied=Gauge(FLEET_APPLIED_METRIC, "dsv41_flags: the feature's value in effect on "
+                          "this server (1 on, 0 off)", ("feature",), multiprocess_mode="livemax"),
+            reachable=Gauge(FLEET_REACHABLE_METRIC, "dsv41_flags: 1 when the flag service could "
+                            "be read at the last try", multiprocess_mode="livemax"),
+            refused=Counter(FLEET_REFUSED_METRIC, "dsv41_flags: fleet changes refused"),
+            counted=[0])
+    for row in status.features:
+        _fleet_metrics["value"].labels(feature=row.feature).set(
+            -1 if row.fleet_value is None else int(row.fleet_value))
+        _fleet_metrics["applied"].labels(feature=row.feature).set(int(bool(row.applied)))
+    _fleet_metrics["reachable"].set(int(status.reachable))
+    new = status.refused - _fleet_metrics["counted"][0]
+    if new > 0:
+        _fleet_metrics["refused"].inc(new)
+        _fleet_metrics["counted"][0] = status.refused
+    return True

@@ -1,0 +1,226 @@
+"""Internal module: not part of the public API (docs/reference.md, ``dsv41_flags.__all__``).
+
+The OpenFeature providers a fleet table names, and the one OpenFeature client of a process.
+Imported only where a fleet table is set (``fleet``): it imports the OpenFeature SDK.
+
+- ``flagd``: ``openfeature-provider-flagd``'s ``FlagdProvider`` with resolver ``FILE`` (flagd's
+  file mode: the flag definition file is read in this process and watched for changes; no flagd
+  server). A file that does not parse is refused by the provider (``PROVIDER_ERROR``) and the
+  flags it held before stay.
+- ``unleash``: ``UnleashClient`` (Unleash's own Python SDK) behind ``UnleashFleetProvider``, a
+  small provider of ours. ``openfeature-provider-unleash`` 0.1.2 was tried and is not used: it
+  cannot set the refresh interval (fixed at UnleashClient's 15 s, which a kill switch cannot
+  wait for), the environment or a cache outside the user's home (UnleashClient's default file
+  cache writes under ``~/.cache``), and it sends the context's attributes beside ``userId``
+  instead of in ``properties``, where Unleash's constraints read custom fields (docs/fleet.md).
+
+Every provider here is registered under the OpenFeature domain ``DOMAIN``, so an application's
+own OpenFeature provider in the same process is left alone.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import urllib.error
+import urllib.request
+from typing import Any, Optional
+
+from openfeature import api
+from openfeature.evaluation_context import EvaluationContext
+from openfeature.exception import ErrorCode
+from openfeature.flag_evaluation import FlagResolutionDetails, Reason
+from openfeature.provider import AbstractProvider, Metadata
+from openfeature.provider.no_op_provider import NoOpProvider
+from UnleashClient.cache import BaseCache
+
+from dsv41_flags.fleet_settings import FleetSettings
+
+#: the providers' own loggers: what they log (a traceback of a flag file that does not parse, a
+#: failed fetch) is reported by the watcher as an event (``fleet.refused``, ``fleet.unreachable``)
+QUIET_LOGGERS = ("openfeature", "UnleashClient", "apscheduler")
+for _name in QUIET_LOGGERS:
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
+del _name
+#: the OpenFeature domain of the framework's client (an application's default provider is apart)
+DOMAIN = "dsv41_flags.fleet"
+#: seconds one reachability probe of an Unleash server may take
+PROBE_TIMEOUT_S = 2.0
+#: the largest flagd file read for its digest (bytes); a larger one is refused
+MAX_FLAG_FILE = 4 << 20
+
+
+class MemoryCache(BaseCache):
+    """UnleashClient's cache kept in this process's memory: nothing is written to disk, so no test and no server writes in the user's home."""
+
+    bootstrapped = False
+
+    def __init__(self) -> None:
+        self._data: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def set(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._data[key] = value
+
+    def mset(self, data: dict) -> None:
+        with self._lock:
+            self._data.update(data)
+
+    def get(self, key: str, default: Optional[Any] = None) -> Any:
+        with self._lock:
+            return self._data.get(key, default)
+
+    def exists(self, key: str) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def destroy(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+class UnleashFleetProvider(AbstractProvider):
+    """Boolean flags of an Unleash server through ``UnleashClient``.
+
+    The evaluation context goes to Unleash as ``userId`` (the targeting key, which gradual
+    rollouts stick to by default), ``environment`` and ``appName`` from the settings, and every
+    attribute as text in ``properties`` (where constraints on custom context fields read). A flag
+    the server does not know resolves with ``FLAG_NOT_FOUND``; before the first fetch every flag
+    resolves with ``PROVIDER_NOT_READY``. ``unreachable()`` probes the server's ``/health``."""
+
+    def __init__(self, settings: FleetSettings, token: str) -> None:
+        from UnleashClient import UnleashClient
+
+        self.settings = settings
+        self.base = settings.url.rstrip("/")
+        self.client = UnleashClient(
+            url=self.base, app_name=settings.app_name,
+            environment=settings.environment or "default",
+            instance_id=settings.instance_id or "dsv41-flags",
+            refresh_interval=max(1, round(settings.poll_interval_s)),
+            metrics_interval=60, disable_metrics=True,
+            custom_headers={"Authorization": token} if token else {},
+            request_timeout=max(1, round(min(settings.boot_timeout_s or 5, 10))),
+            request_retries=0, cache=MemoryCache(), verbose_log_level=10)
+
+    def get_metadata(self) -> Metadata:
+        return Metadata(name="dsv41_flags unleash")
+
+    def initialize(self, evaluation_context: EvaluationContext | None = None) -> None:
+        self.client.initialize_client(fetch_toggles=True)
+
+    def shutdown(self) -> None:
+        if self.client.is_initialized:
+            self.client.destroy()
+
+    def unreachable(self) -> str:
+        """Why the server cannot be reached now (``""`` when ``GET <url>/../health`` answers
+        200 within ``PROBE_TIMEOUT_S``)."""
+        root = self.base[:-4] if self.base.endswith("/api") else self.base
+        try:
+            with urllib.request.urlopen(root + "/health", timeout=PROBE_TIMEOUT_S) as reply:
+                return "" if reply.status == 200 else f"/health answered {reply.status}"
+        except urllib.error.HTTPError as exc:
+            return f"/health answered {exc.code}"
+        except Exception as exc:  # URLError, timeout, reset: the service is not reachable
+            return f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+
+    def _context(self, context: EvaluationContext | None) -> dict:
+        out: dict[str, Any] = {"environment": self.settings.environment or "default",
+                               "appName": self.settings.app_name}
+        if context is not None:
+            if context.targeting_key:
+                out["userId"] = context.targeting_key
+            out["properties"] = {k: str(v) for k, v in context.attributes.items()}
+        return out
+
+    def resolve_boolean_details(self, flag_key: str, default_value: bool,
+                                evaluation_context: EvaluationContext | None = None
+                                ) -> FlagResolutionDetails[bool]:
+        if not self.client.is_initialized:
+            return FlagResolutionDetails(default_value, reason=Reason.ERROR,
+                                         error_code=ErrorCode.PROVIDER_NOT_READY)
+        if flag_key not in self.client.feature_definitions():
+            return FlagResolutionDetails(default_value, reason=Reason.ERROR,
+                                         error_code=ErrorCode.FLAG_NOT_FOUND,
+                                         error_message=f"no flag {flag_key} in Unleash")
+        enabled = self.client.is_enabled(flag_key, self._context(evaluation_context))
+        return FlagResolutionDetails(bool(enabled), reason=Reason.TARGETING_MATCH)
+
+    def _wrong_type(self, flag_key: str, default_value: Any) -> FlagResolutionDetails:
+        return FlagResolutionDetails(default_value, reason=Reason.ERROR,
+                                     error_code=ErrorCode.TYPE_MISMATCH,
+                                     error_message=f"{flag_key}: Unleash flags are boolean here")
+
+    def resolve_string_details(self, flag_key, default_value, evaluation_context=None):
+        return self._wrong_type(flag_key, default_value)
+
+    def resolve_integer_details(self, flag_key, default_value, evaluation_context=None):
+        return self._wrong_type(flag_key, default_value)
+
+    def resolve_float_details(self, flag_key, default_value, evaluation_context=None):
+        return self._wrong_type(flag_key, default_value)
+
+    def resolve_object_details(self, flag_key, default_value, evaluation_context=None):
+        return self._wrong_type(flag_key, default_value)
+
+
+def flag_file_digest(path: str) -> str:
+    """``sha256:<hex>`` of the flagd file at ``path`` (at most ``MAX_FLAG_FILE`` bytes). Raises
+    OSError when it cannot be read, ValueError when it is larger."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_FLAG_FILE + 1)
+    if len(data) > MAX_FLAG_FILE:
+        raise ValueError(f"{path} is over {MAX_FLAG_FILE} bytes")
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def provider(settings: FleetSettings, token: str) -> AbstractProvider:
+    """The provider ``settings`` name (``token``: the Unleash token, "" for none or for flagd)."""
+    if settings.provider == "flagd":
+        from openfeature.contrib.provider.flagd import FlagdProvider
+        from openfeature.contrib.provider.flagd.config import ResolverType
+
+        return FlagdProvider(resolver_type=ResolverType.FILE,
+                             offline_flag_source_path=settings.path,
+                             deadline_ms=max(100, round(settings.poll_interval_s * 1000)))
+    return UnleashFleetProvider(settings, token)
+
+
+def unreachable(source: AbstractProvider, settings: FleetSettings) -> str:
+    """Why the flag service cannot be read now, ``""`` when it can: the Unleash server's
+    ``/health``; for flagd, the file's existence and readability."""
+    if isinstance(source, UnleashFleetProvider):
+        return source.unreachable()
+    try:
+        flag_file_digest(settings.path)
+    except (OSError, ValueError) as exc:
+        return f"{settings.path}: {getattr(exc, 'strerror', None) or exc}"
+    return ""
+
+
+def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:
+    """Register ``source`` under ``DOMAIN`` and wait at most ``timeout_s`` seconds for it to be
+    ready. Returns ``(client, problem)``: the OpenFeature client of the domain, and ``""`` or why
+    the provider is not ready (its initialisation raised or did not end in time: it goes on in
+    a daemon thread, and the client answers ``PROVIDER_NOT_READY`` until it is)."""
+    outcome: dict[str, str] = {}
+    done = threading.Event()
+
+    def initialise() -> None:
+        try:
+            api.set_provider_and_wait(source, domain=DOMAIN)
+        except Exception as exc:  # the provider's own error, said in the problem
+            outcome["problem"] = f"{type(exc).__name__}: {exc}"[:300]
+        done.set()
+
+    threading.Thread(target=initialise, name="dsv41-fleet-init", daemon=True).start()
+    if not done.wait(timeout_s):
+        outcome["problem"] = f"the flag service did not answer within {timeout_s:g} s"
+    return api.get_client(domain=DOMAIN), outcome.get("problem", "")
+
+
+def unregister() -> None:
+    """Shut the domain's provider down (its threads stop): a no-op provider takes its place."""
+    api.set_provider(NoOpProvider(), domain=DOMAIN)
