@@ -359,6 +359,8 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
                     f"{origin}: fleet.{name} is not a fleet setting; accepted: {accepted}"
                     f"{suggest(field, list(FIELD_KINDS))}")))
             else:
+                if field in ("path", "token_file") and isinstance(value, str) and value:
+                    value = str(Path(entry["identifier"]).parent / value)  # beside the file
                 merged[field], sources[field] = value, origin
     for field in FIELD_KINDS:
         var = VARIABLE_PREFIX + field.upper()
