@@ -341,6 +341,25 @@ def set_(assignment: str = typer.Argument(..., metavar="NAME=VALUE",
     remote_set(assignment, url, by, as_json, emit_json, api_key=api_key, timeout_s=timeout)
 
 
+fleet_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="The flag service that drives live features (docs/fleet.md).")
+app.add_typer(fleet_app, name="fleet")
+
+
+@fleet_app.command("status", short_help="Every server's fleet values against what it runs.")
+def fleet_status(urls: List[str] = typer.Argument(..., metavar="URL",
+                                                  help="running engine servers, http://HOST:PORT"),
+                 as_json: bool = JsonOpt, api_key: Optional[str] = ApiKeyOpt,
+                 timeout: float = TimeoutOpt) -> None:
+    """One table of every server: for each feature, the flag service's value for that server,
+    the value in effect, and why they differ (restart needed, refused by a rank, flag service
+    unreachable since T, a value of the wrong type). Exit 1 when a server cannot be asked, has
+    no flag service, is cut off from it or runs another value than its fleet value."""
+    from dsv41_flags.cli.remote import fleet_status as show
+
+    show(urls, as_json, emit_json, api_key=api_key, timeout_s=timeout)
+
+
 @app.command(short_help="Would each profile boot? Every problem at once.")
 def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str] = ProfileOpt,
              as_json: bool = JsonOpt,

@@ -299,7 +299,9 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                           f"{'live' if f.live else 'boot':<5} from {f.source}")
             for t in r.switches[-3:]:
                 out.print(f"    switch generation {t.generation}: {t.feature} {_on(t.old)} -> "
-                          f"{_on(t.new)} by {t.requested_by} at step {t.step} ({t.at})")
+                          f"{_on(t.new)} by {safe_text(t.requested_by)} at step {t.step} ({t.at})")
+        if answer.fleet is not None:
+            _print_fleet(answer.fleet)
     others = ((answer.server,) if answer.server is not None else ()) + answer.processes
     silent_processes = [p for p in others if not p.ok]
     apart = [p for p in others if p.ok and agree and p.generation != generations[0]]
@@ -312,3 +314,84 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
             style="red")
     if not answer.ok or not ranks or agree is False or silent_processes or apart:
         raise typer.Exit(1)
+
+
+def _print_fleet(fleet) -> None:
+    """The server's flag service and each feature's fleet value against the value in effect."""
+    state = ("reachable" if fleet.reachable else
+             f"UNREACHABLE since {fleet.unreachable_since or '?'}: {safe_text(fleet.problem)}")
+    out.print(f"  fleet: {safe_text(fleet.where)}  instance {safe_text(fleet.instance_id)}  "
+              f"{state}  switches {fleet.switches}  refused {fleet.refused}  coalesced "
+              f"{fleet.coalesced}")
+    if fleet.reachable and fleet.problem:
+        out.print(f"    {safe_text(fleet.problem)}")
+    for row in fleet.features:
+        fleet_value = "none" if row.fleet_value is None else _on(row.fleet_value)
+        out.print(f"    {safe_text(row.feature):<16} fleet {fleet_value:<5} applied "
+                  f"{_on(bool(row.applied)):<4} {'agrees' if row.agrees else 'DIFFERS'}"
+                  + (f": {safe_text(row.reason)}" if row.reason else ""))
+
+
+def fleet_status(urls: list[str], as_json: bool, emit_json: Callable[[Any], None], *,
+                 api_key: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """``dsv41-flags fleet status URL...``: one table of every server's features, fleet value
+    against the value in effect. Exits 1 when a server cannot be asked, has no flag service, is
+    cut off from it, or runs a value other than its fleet value; 2 for a URL that is not
+    http://."""
+    from rich.table import Table
+
+    from dsv41_flags.cli.output import console
+
+    servers = []
+    for url in urls:
+        url = check_url(url, err, as_json, emit_json)
+        data, error = _call(lambda: adapter().remote_status(url, api_key=api_key,
+                                                            timeout_s=timeout_s), api_key)
+        fleet = None
+        if not error:
+            try:
+                fleet = StatusAnswer.model_validate(data, context=WIRE).fleet
+            except ValidationError as exc:
+                error = _invalid("status", exc)
+        if not error and fleet is None:
+            error = "the server has no flag service (no fleet table in its settings)"
+        servers.append((url, fleet, error))
+    bad = any(error or not fleet.reachable or not all(r.agrees for r in fleet.features)
+              for _, fleet, error in servers)
+    if as_json:
+        emit_json({"ok": not bad, "servers": [
+            {"url": masked_url(url), "error": error,
+             "fleet": fleet.model_dump(mode="json") if fleet is not None else None}
+            for url, fleet, error in servers]})
+        if bad:
+            raise typer.Exit(1)
+        return
+    table = Table()
+    for column in ("server", "instance", "feature", "fleet", "applied", "", "why"):
+        table.add_column(column, overflow="fold")
+    for url, fleet, error in servers:
+        shown = safe_text(masked_url(url))
+        if error:
+            table.add_row(shown, "", "", "", "", "ERROR", safe_text(error))
+            continue
+        why_all = "" if fleet.reachable else (f"flag service unreachable since "
+                                              f"{fleet.unreachable_since}: {fleet.problem}")
+        for row in fleet.features:
+            table.add_row(shown, safe_text(fleet.instance_id), safe_text(row.feature),
+                          "none" if row.fleet_value is None else _on(row.fleet_value),
+                          _on(bool(row.applied)), "ok" if row.agrees and fleet.reachable
+                          else "DIFFERS", safe_text(row.reason or why_all))
+    import os
+
+    wide = out.is_terminal or os.environ.get("COLUMNS")
+    shown_table = console(width=None if wide else 200, soft_wrap=False)
+    shown_table.print(table)
+    if shown_table.failure is not None:
+        out.lost(shown_table.failure)
+    disagree = [masked_url(u) for u, f, e in servers
+                if e or not f.reachable or not all(r.agrees for r in f.features)]
+    if disagree:
+        err.print(f"error: {len(disagree)} of {len(servers)} server(s) do not run their fleet "
+                  f"values or cannot say: {', '.join(map(safe_text, disagree))}", style="red")
+        raise typer.Exit(1)
+    out.print(f"{len(servers)} server(s): every feature runs its fleet value")
