@@ -30,6 +30,7 @@ import pytest  # noqa: E402  (after the environment above: nothing may read HOME
 
 from dsv41_flags.assembly import build  # noqa: E402
 from dsv41_flags.runtime import Runtime  # noqa: E402
+from tests.services.fixture import unleash_service  # noqa: E402,F401  (one Unleash per session)
 
 
 def pytest_unconfigure(config):
