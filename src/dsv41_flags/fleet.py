@@ -25,6 +25,7 @@ launch with a fleet table imports it.
 from __future__ import annotations
 
 import enum
+import math
 import os
 import socket
 import threading
@@ -349,10 +350,12 @@ class Watcher:
             self.log.info("fleet.connected", where=self.settings.where(), instance_id=self.key,
                           problem=connection.problem or None)
             while not self._stop.is_set():
+                self._due = float("inf")
                 ok = self._read(connection)
                 backoff = self.settings.poll_interval_s if ok else min(
                     MAX_BACKOFF_S, max(backoff * 2, self.settings.poll_interval_s))
-                self._wake.wait(backoff)
+                # a change held back by min_switch_interval_s is read again when it may switch
+                self._wake.wait(min(backoff, max(0.0, self._due - time.monotonic())))
                 self._wake.clear()
         except Exception as exc:  # the watcher's own failure: said, the server goes on serving
             self._update(reachable=False, problem=f"{type(exc).__name__}: {exc}"[:300],
@@ -388,6 +391,7 @@ class Watcher:
 
     _refusal_new = ""   # the provider's last refusal, not reported yet
     _refusal = ""       # the refusal in force (until the provider accepts new definitions)
+    _due = float("inf")  # when a coalesced change may be switched (time.monotonic())
 
     def _read(self, connection: Connection) -> bool:
         """Read every flag once and act on the changes; False when the service could not be read."""
@@ -395,6 +399,9 @@ class Watcher:
 
         down = unreachable(connection.provider, self.settings)
         refused_file, self._refusal_new = self._refusal_new, ""
+        if down:  # the provider's error then says the same (flagd: no file): unreachable only
+            self._unreachable(down)
+            return False
         if refused_file and refused_file != self._refusal:
             self._refusal = refused_file
             self._count("refused")
@@ -402,9 +409,6 @@ class Watcher:
                              what="the flag service's definitions; every value stays")
         else:
             refused_file = ""
-        if down:
-            self._unreachable(down)
-            return False
         evaluations = {}
         for name in self.features:
             row = self._rows[name]
@@ -472,10 +476,12 @@ class Watcher:
                 self._row(name, reason=reason)
             return True
         last = self._last_switch.get(name)
-        if last is not None and time.monotonic() - last < self.settings.min_switch_interval_s:
-            self._count("coalesced")
-            self._wake.set()  # read again when the interval has passed
-            return True
+        due = (last if last is not None else -math.inf) + self.settings.min_switch_interval_s
+        if time.monotonic() < due:
+            if changed:  # a change held back: counted once, however often it is read again
+                self._count("coalesced")
+            self._due = min(self._due, due)  # read again when the interval has passed
+            return changed
         self._last_switch[name] = time.monotonic()
         requested_by = self.requested_by(row.flag)
         try:

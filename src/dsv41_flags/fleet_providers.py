@@ -35,6 +35,7 @@ from openfeature.provider.no_op_provider import NoOpProvider
 from UnleashClient.cache import BaseCache
 
 from dsv41_flags.fleet_settings import FleetSettings
+from dsv41_flags.text import exception_text
 
 #: the providers' own loggers: what they log (a traceback of a flag file that does not parse, a
 #: failed fetch) is reported by the watcher as an event (``fleet.refused``, ``fleet.unreachable``)
@@ -212,13 +213,23 @@ def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:
         try:
             api.set_provider_and_wait(source, domain=DOMAIN)
         except Exception as exc:  # the provider's own error, said in the problem
-            outcome["problem"] = f"{type(exc).__name__}: {exc}"[:300]
+            outcome["problem"] = _failure(exc)
         done.set()
 
     threading.Thread(target=initialise, name="dsv41-fleet-init", daemon=True).start()
     if not done.wait(timeout_s):
         outcome["problem"] = f"the flag service did not answer within {timeout_s:g} s"
     return api.get_client(domain=DOMAIN), outcome.get("problem", "")
+
+
+def _failure(exc: BaseException) -> str:
+    """A provider's failure in words, with its cause when it says nothing itself (flagd's
+    ``ProviderNotReadyError`` carries the file's ``FileNotFoundError`` as its cause)."""
+    text = exception_text(exc)
+    cause = exc.__cause__ or exc.__context__
+    if not str(exc).strip() and cause is not None:
+        text = f"{type(exc).__name__} ({exception_text(cause)})"
+    return text[:300]
 
 
 def unregister() -> None:

@@ -339,6 +339,7 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
 
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    below: dict[Any, Any] = {}  # the table as the layers below gave it (raw values)
     accepted = ", ".join(FIELD_KINDS)
     for entry in settings.entries(TABLE):
         origin = f"{entry['identifier']} [{entry['env']}]"
@@ -347,7 +348,12 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
             problems.append(Problem(TABLE, origin, f"{origin}: fleet = {quoted(table)} must be a "
                                     f"table with {accepted}"))
             continue
-        for name, value in table.items():
+        # a profile's history entry holds the table merged with the layers below: a field it
+        # repeats unchanged was set below, and keeps that layer's source (and problem)
+        layer = {name: value for name, value in table.items()
+                 if name not in below or below[name] != value}
+        below.update(table)
+        for name, value in layer.items():
             field = str(name).lower()
             if field == "token":
                 problems.append(Problem(f"{TABLE}.token", origin, (

@@ -38,10 +38,10 @@ def _loopback(host: str | None) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _switcher(module):
-    """``switch(name, value, requested_by) -> Outcome`` through this server's own route."""
+def _switcher(module, set_path: str):
+    """``switch(name, value, requested_by) -> Outcome`` through this server's own route
+    ``set_path`` (``http.SET_PATH``)."""
     from dsv41_flags.engines.http_client import Refused, call_json
-    from dsv41_flags.engines.sglang.http import SET_PATH
 
     def switch(name: str, value: bool, requested_by: str) -> Outcome:
         state = module.get_global_state()
@@ -50,7 +50,7 @@ def _switcher(module):
         if args is None:
             return Outcome(False, None, "the server is not serving yet; tried again at the next read")
         key = getattr(args, "admin_api_key", None) or getattr(args, "api_key", None)
-        url = f"http://{_loopback(getattr(args, 'host', None))}:{args.port}{SET_PATH}"
+        url = f"http://{_loopback(getattr(args, 'host', None))}:{args.port}{set_path}"
         try:
             status, answer = call_json(url, method="POST", api_key=key, timeout_s=SWITCH_TIMEOUT_S,
                                        body={"name": name, "value": value,
@@ -82,9 +82,10 @@ def _one_per_launch(rt) -> Any:
     return handle
 
 
-def start(rt, module) -> bool:
+def start(rt, module, set_path: str) -> bool:
     """Start the launch's fleet watcher in this HTTP server process (``module``: sglang's
-    ``http_server``) when the launch has a fleet table and no other process of the launch runs
+    ``http_server``; ``set_path``: the live route the watcher's switches go through, given by
+    ``http``, which imports this module) when the launch has a fleet table and no other process of the launch runs
     one. True when started here. A failure to start is reported (``fleet.failed``) and the
     server serves on."""
     settings = configured(rt.resolution)
@@ -100,7 +101,7 @@ def start(rt, module) -> bool:
         table = rt.resolution.reserved.get("FLEET") or {}
         values = {name: rt.value(feature) for name, feature in rt.features.items()}
         watcher = Watcher(settings, table.get("context") or {}, rt.features, values,
-                          _switcher(module), rt.log, on_change=_metrics(rt))
+                          _switcher(module, set_path), rt.log, on_change=_metrics(rt))
         rt.live.transport["fleet"] = watcher
         rt.live.transport["fleet_lock"] = lock
         watcher.start()

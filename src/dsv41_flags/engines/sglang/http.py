@@ -303,7 +303,7 @@ def install_http_routes(rt, module) -> None:
     if rt.resolution.reserved.get("FLEET"):
         import dsv41_flags.engines.sglang.fleet as fleet
 
-        fleet.start(rt, module)
+        fleet.start(rt, module, SET_PATH)
 
 
 # ------------------------------------------------------------------ CLI side (HTTP client)

@@ -1,0 +1,671 @@
+"""Fleet flags: the ``fleet`` table typed with provenance and its problems, the boot read of a
+flag service into the resolution (targeting, precedence, the snapshot, no token anywhere), and
+the watcher thread of a server (one switch per change, refusals, restart needed, coalescing, an
+unreachable service, stop, fork).
+
+Every flag service here is the real flagd provider (``openfeature-provider-flagd`` in FILE mode)
+reading real flag files in ``tmp_path``; the watcher's ``switch`` is a recorder standing for the
+server's live route, which the server tier exercises."""
+import hashlib
+import json
+import math
+import os
+import socket
+import threading
+import time
+import types
+from datetime import datetime
+
+import pytest
+from structlog.testing import CapturingLogger, capture_logs
+
+from dsv41_flags import SettingsError
+from dsv41_flags import fleet
+from dsv41_flags.assembly import build
+from dsv41_flags.discovery import discover
+from dsv41_flags.errors import SnapshotError
+from dsv41_flags.fleet_settings import FleetSettings
+from dsv41_flags.snapshot import read as read_snapshot
+
+from ..conftest import FEATURES_DIR
+from ._child import REPO, clean_env, run_code
+
+BASE = "[default]\nstrict = true\nfolded_fence = false\nautotune_keep = false\n"
+#: the flagd file beside the settings file (a relative path is taken from the settings file's
+#: directory); a short poll so that the provider's own thread ends soon after each boot
+FLEET = ('[default.fleet]\nprovider = "flagd"\npath = "flags.json"\npoll_interval_s = 0.2\n'
+         'boot_timeout_s = 5\n')
+#: sglang server options of the launch: the evaluation context's facts
+ARGV = ["--model-path", "/models/tiny", "--port", "31000", "--tp-size", "2"]
+TOKEN = "tok-7f3a-do-not-show"
+FEATURES = {f.name: f for f in discover(FEATURES_DIR) if f.name in ("folded_fence", "autotune_keep")}
+
+
+# ------------------------------------------------------------------ flag files
+def flag(on: bool, targeting=None, variants=None) -> dict:
+    """A flagd flag definition: variants ``on``/``off`` (booleans unless ``variants``)."""
+    out = {"state": "ENABLED", "variants": variants or {"on": True, "off": False},
+           "defaultVariant": "on" if on else "off"}
+    if targeting is not None:
+        out["targeting"] = targeting
+    return out
+
+
+def write_text(path, text: str) -> None:
+    """Replace ``path`` atomically (tmp + ``os.replace``) with a strictly later mtime: flagd's
+    file watcher reloads only a file whose mtime grew."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    if tmp.stat().st_mtime_ns <= before:
+        later = before + 10_000_000
+        os.utime(tmp, ns=(later, later))
+    os.replace(tmp, path)
+
+
+def write_flags(path, flags: dict) -> None:
+    write_text(path, json.dumps({"flags": flags}))
+
+
+def sha256(path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def wait_for(predicate, what: str, timeout: float = 5.0):
+    """``predicate()``'s first true value, polled every 20 ms; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"not within {timeout} s: {what}")
+
+
+def message(exc: pytest.ExceptionInfo) -> str:
+    return str(exc.value)
+
+
+# ------------------------------------------------------------------ 1. settings
+def test_the_fleet_table_is_typed_with_each_fields_source(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {})
+    rt = make_runtime(BASE + FLEET + 'min_switch_interval_s = 2\nlabels = { cluster = "canary" }\n')
+    table = rt.resolution.reserved["FLEET"]
+    settings = FleetSettings.model_validate(table["settings"])
+    assert settings.provider == "flagd" and settings.path == str(tmp_path / "flags.json")
+    assert settings.poll_interval_s == 0.2 and settings.min_switch_interval_s == 2.0
+    assert type(settings.min_switch_interval_s) is float and settings.labels == {"cluster": "canary"}
+    assert settings.required is False and settings.prefix == "dsv41."  # declared defaults
+    origin = f"{tmp_path / 'settings.toml'} [default]"
+    assert table["sources"] == {field: origin for field in (
+        "provider", "path", "poll_interval_s", "boot_timeout_s", "min_switch_interval_s", "labels")}
+
+
+def test_fleet_variables_override_the_file_with_their_own_source(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {})
+    rt = make_runtime(BASE + FLEET, env={"DSV41_FLEET_POLL_INTERVAL_S": "0.3",
+                                         "DSV41_FLEET_LABELS": "cluster=canary, region = eu",
+                                         "DSV41_FLEET_REQUIRED": "yes",
+                                         "DSV41_FLEET_INSTANCE_ID": "gpu-node-7"})
+    table = rt.resolution.reserved["FLEET"]
+    settings = FleetSettings.model_validate(table["settings"])
+    assert (settings.poll_interval_s, settings.required, settings.instance_id) == (0.3, True, "gpu-node-7")
+    assert settings.labels == {"cluster": "canary", "region": "eu"}
+    assert table["sources"]["poll_interval_s"] == "env DSV41_FLEET_POLL_INTERVAL_S"
+    assert table["sources"]["labels"] == "env DSV41_FLEET_LABELS"
+    assert table["sources"]["required"] == "env DSV41_FLEET_REQUIRED"
+    assert table["sources"]["provider"] == f"{tmp_path / 'settings.toml'} [default]"
+    assert table["context"]["targeting_key"] == "gpu-node-7"
+
+
+def test_variables_alone_make_a_fleet_table(make_runtime, tmp_path):
+    path = tmp_path / "elsewhere.json"
+    write_flags(path, {})
+    rt = make_runtime(BASE, env={"DSV41_FLEET_PROVIDER": "FLAGD", "DSV41_FLEET_PATH": str(path)})
+    table = rt.resolution.reserved["FLEET"]
+    assert table["settings"]["provider"] == "flagd" and table["settings"]["path"] == str(path)
+    assert table["sources"] == {"provider": "env DSV41_FLEET_PROVIDER", "path": "env DSV41_FLEET_PATH"}
+
+
+def test_a_profiles_fleet_table_overrides_defaults_field_by_field(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {})
+    text = BASE + FLEET + 'labels = { cluster = "prod" }\n' + (
+        '[tp3]\nfolded_fence = false\n[tp3.fleet]\nmin_switch_interval_s = 3\n'
+        'labels = { cluster = "canary" }\n')
+    default = make_runtime(text).resolution.reserved["FLEET"]
+    tp3 = make_runtime(text, profile="tp3").resolution.reserved["FLEET"]
+    settings_file = tmp_path / "settings.toml"
+    assert default["settings"]["min_switch_interval_s"] == 1.0
+    assert "min_switch_interval_s" not in default["sources"]
+    assert tp3["settings"]["min_switch_interval_s"] == 3.0
+    assert tp3["sources"]["min_switch_interval_s"] == f"{settings_file} [tp3]"
+    assert tp3["settings"]["labels"] == {"cluster": "canary"}
+    assert tp3["sources"]["labels"] == f"{settings_file} [tp3]"
+    # the fields tp3 does not set keep [default]'s value and source
+    assert tp3["settings"]["path"] == str(tmp_path / "flags.json")
+    assert tp3["sources"]["provider"] == tp3["sources"]["path"] == f"{settings_file} [default]"
+
+
+ORIGIN = "{file} [default]"
+#: a fleet table with only what it needs
+FLAGD = '[default.fleet]\nprovider = "flagd"\npath = "flags.json"\n'
+
+
+@pytest.mark.parametrize("table,env,expected", [
+    pytest.param(FLAGD + "poll_intervl_s = 1\n", {}, [
+        "fleet.poll_intervl_s is not a fleet setting", ORIGIN, "accepted: provider, prefix, url",
+        "did you mean poll_interval_s?"], id="unknown-field"),
+    pytest.param(FLAGD + 'poll_interval_s = "fast"\n', {}, [
+        "fleet.poll_interval_s = 'fast'", f"({ORIGIN})", "valid number",
+        "accepted: float (ge 0.1, le 3600)"], id="wrong-type"),
+    pytest.param(FLAGD + "poll_interval_s = 0.01\n", {}, [
+        "fleet.poll_interval_s = 0.01", f"({ORIGIN})", "greater than or equal to 0.1",
+        "accepted: float (ge 0.1, le 3600)"], id="below-range"),
+    pytest.param(FLAGD + "boot_timeout_s = 500\n", {}, [
+        "fleet.boot_timeout_s = 500", f"({ORIGIN})", "less than or equal to 120",
+        "accepted: float (ge 0, le 120)"], id="above-range"),
+    pytest.param('[default.fleet]\nprovider = "launchdarkly"\n', {}, [
+        "fleet.provider = 'launchdarkly'", f"({ORIGIN})", "accepted: unleash or flagd"],
+        id="unknown-provider"),
+    pytest.param('[default.fleet]\nprovider = "unleash"\n', {}, [
+        "fleet.provider = 'unleash'", f"({ORIGIN})", "needs fleet.url",
+        "http://HOST:4242/api", "it is not set"], id="unleash-without-url"),
+    pytest.param('[default.fleet]\nprovider = "flagd"\n', {}, [
+        "fleet.provider = 'flagd'", f"({ORIGIN})", "needs fleet.path",
+        "flagd flag definition file"], id="flagd-without-path"),
+    pytest.param(FLAGD + 'labels = { cluster = 3 }\n', {}, [
+        "fleet.labels.cluster", "3", f"({ORIGIN})", "valid string",
+        "accepted: a table of text values"], id="label-not-text"),
+    pytest.param('fleet = "flagd"\n', {}, [
+        "fleet = 'flagd' must be a table", ORIGIN], id="not-a-table"),
+    pytest.param("", {"DSV41_FLEET_LABELS": "cluster"}, [
+        "DSV41_FLEET_LABELS='cluster' (environment variable) is not a valid fleet.labels",
+        "accepted: name=value pairs joined by commas"], id="labels-variable-no-equals"),
+    pytest.param("", {"DSV41_FLEET_LABELS": "=canary"}, [
+        "DSV41_FLEET_LABELS='=canary' (environment variable)",
+        "accepted: name=value pairs joined by commas"], id="labels-variable-no-name"),
+    pytest.param(FLEET, {"DSV41_FLEET_POLL_INTERVAL_S": "fast"}, [
+        "DSV41_FLEET_POLL_INTERVAL_S='fast' (environment variable) is not a valid "
+        "fleet.poll_interval_s", "accepted: a finite number"], id="variable-wrong-type"),
+    pytest.param(FLEET, {"DSV41_FLEET_POLL_INTERVAL_S": "0"}, [
+        "fleet.poll_interval_s = 0.0 (env DSV41_FLEET_POLL_INTERVAL_S)",
+        "greater than or equal to 0.1", "accepted: float (ge 0.1, le 3600)"],
+        id="variable-out-of-range"),
+    pytest.param(FLEET, {"DSV41_FLEET_PROVIDER": "launchdarkly"}, [
+        "DSV41_FLEET_PROVIDER='launchdarkly' (environment variable)", "unleash", "flagd"],
+        id="variable-unknown-provider"),
+])
+def test_a_bad_fleet_setting_is_a_settings_error_naming_it(make_runtime, tmp_path, table, env,
+                                                           expected):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + table, env=env)
+    text = message(exc)
+    for part in expected:
+        assert part.format(file=tmp_path / "settings.toml") in text, text
+    assert len(exc.value.problems) == 1, text
+
+
+def test_a_token_in_a_settings_file_is_refused_without_showing_it(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {})
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + FLEET + f'token = "{TOKEN}"\n')
+    text = message(exc)
+    assert f"{tmp_path / 'settings.toml'} [default]: fleet.token (***, a secret) is refused" in text
+    assert "accepted: the variable DSV41_FLEET_TOKEN or fleet.token_file" in text
+    assert TOKEN not in text and TOKEN not in repr(exc.value.problems)
+
+
+def test_a_problem_of_the_default_table_is_said_once_in_a_profile(make_runtime, tmp_path):
+    """A profile's layer repeats [default]'s fleet fields (Dynaconf merges the tables): those
+    keep [default]'s source, and their problems are not said again for the profile."""
+    write_flags(tmp_path / "flags.json", {})
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + FLAGD + f'token = "{TOKEN}"\npoll_intervl_s = 1\n'
+                     + '[tp3.fleet]\nprefix = "fleet."\n', profile="tp3")
+    origin = f"{tmp_path / 'settings.toml'} [default]"
+    assert [p.origin for p in exc.value.problems] == [origin, origin], message(exc)
+    assert "[tp3]" not in message(exc) and TOKEN not in message(exc)
+
+
+def test_an_unknown_fleet_variable_is_an_unknown_key_with_a_suggestion(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {})
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + FLEET, env={"DSV41_FLEET_POLL_INTERVAL": "1"})
+    assert "DSV41_FLEET_POLL_INTERVAL matches no flag" in message(exc)
+    assert "did you mean DSV41_FLEET_POLL_INTERVAL_S?" in message(exc)
+
+
+def test_without_a_fleet_table_nothing_of_the_fleet_is_loaded(tmp_path):
+    """A launch with no fleet table and no DSV41_FLEET_* variable: FLEET is {}, and building its
+    runtime imports no OpenFeature and starts no thread (a fresh interpreter sees it)."""
+    plain = tmp_path / "plain.toml"
+    plain.write_text(BASE)
+    (tmp_path / "with").mkdir()
+    with_fleet = tmp_path / "with" / "settings.toml"
+    with_fleet.write_text(BASE + FLEET)
+    write_flags(tmp_path / "with" / "flags.json", {})
+    code = f"""
+        import json, sys, threading
+        from dsv41_flags.assembly import build
+
+        def seen():
+            return sorted(m for m in sys.modules if m.split(".")[0] in ("openfeature", "UnleashClient")
+                          or m == "dsv41_flags.fleet_providers")
+
+        rt = build([{str(plain)!r}], environ={{}}, argv=[], use_snapshot=False, configure_logging=False)
+        rt.announce()
+        out = {{"fleet": rt.resolution.reserved["FLEET"], "modules": seen(),
+               "threads": [t.name for t in threading.enumerate()],
+               "snapshot": json.loads(rt.snapshot())["resolution"]["reserved"]["FLEET"]}}
+        build([{str(with_fleet)!r}], environ={{}}, argv=[], use_snapshot=False, configure_logging=False)
+        out["after_a_fleet_launch"] = seen()
+        print(json.dumps(out))
+    """
+    proc = run_code(code, clean_env(PYTHONPATH=str(REPO / "src")), tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fleet"] == {} and out["snapshot"] == {}
+    assert out["modules"] == []
+    assert out["threads"] == ["MainThread"]
+    # the same check sees them once a launch has a fleet table
+    assert {"openfeature", "dsv41_flags.fleet_providers"} <= set(out["after_a_fleet_launch"])
+
+
+# ------------------------------------------------------------------ 2. boot
+def test_flagd_values_become_the_resolution_with_fleet_provenance(make_runtime, tmp_path):
+    path = tmp_path / "flags.json"
+    write_flags(path, {"dsv41.folded_fence": flag(True)})
+    rt = make_runtime(BASE + FLEET, argv=ARGV)
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    head = f"fleet (flagd, flag dsv41.folded_fence, file {path}@sha256:"
+    assert ff.value is True and ff.source.startswith(head) and ff.source.endswith(")")
+    assert sha256(path).startswith(ff.source[len(head) - len("sha256:"):-1])
+    assert ff.chain == (("declared default", False), (f"{tmp_path / 'settings.toml'} [default]", False),
+                        (ff.source, True))
+    assert [f.name for f in rt.armed()] == ["folded_fence"]
+    # a flag the file does not hold leaves the settings' value and source
+    ak = rt.resolution.values["AUTOTUNE_KEEP"]
+    assert ak.value is False and ak.source == f"{tmp_path / 'settings.toml'} [default]"
+    assert not [p for p in rt.resolution.problems if p.key == "FLEET"]
+
+
+def test_a_fleet_value_wins_over_the_flags_variable(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(True)})
+    rt = make_runtime(BASE + FLEET, env={"DSV41_FOLDED_FENCE": "0"}, argv=ARGV)
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    assert ff.value is True and ff.source.startswith("fleet (flagd, flag dsv41.folded_fence")
+    assert [s for s, _ in ff.chain][-2:] == ["env DSV41_FOLDED_FENCE", ff.source]
+    # and a fleet "off" wins over settings that arm the feature
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(False)})
+    rt = make_runtime(BASE.replace("folded_fence = false", "folded_fence = true") + FLEET,
+                      env={"DSV41_FOLDED_FENCE": "1"}, argv=ARGV)
+    assert rt.resolution.values["FOLDED_FENCE"].value is False and rt.armed() == []
+
+
+def test_targeting_on_a_label_and_on_a_launch_fact(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {
+        "dsv41.folded_fence": flag(False, {"if": [{"==": [{"var": "cluster"}, "canary"]}, "on", "off"]}),
+        "dsv41.autotune_keep": flag(False, {"if": [{"==": [{"var": "tp_size"}, 2]}, "on", "off"]}),
+    })
+
+    def values(env, argv=ARGV):
+        got = make_runtime(BASE + FLEET, env=env, argv=argv).resolution.values
+        return got["FOLDED_FENCE"].value, got["AUTOTUNE_KEEP"].value
+
+    assert values({"DSV41_FLEET_LABELS": "cluster=canary"}) == (True, True)
+    assert values({"DSV41_FLEET_LABELS": "cluster=prod"}) == (False, True)
+    assert values({}, argv=["--model-path", "/models/tiny", "--tp-size", "1"]) == (False, False)
+
+
+def test_a_fractional_rollout_is_stable_per_instance_and_splits_instances(make_runtime, tmp_path):
+    path = tmp_path / "flags.json"
+    write_flags(path, {"dsv41.folded_fence": flag(False, {"fractional": [["on", 50], ["off", 50]]})})
+
+    def boot(instance):
+        rt = make_runtime(BASE + FLEET, env={"DSV41_FLEET_INSTANCE_ID": instance}, argv=ARGV)
+        assert rt.resolution.reserved["FLEET"]["context"]["targeting_key"] == instance
+        return rt.resolution.values["FOLDED_FENCE"].value
+
+    from openfeature.evaluation_context import EvaluationContext
+
+    settings = FleetSettings(provider="flagd", path=str(path), poll_interval_s=0.2)
+    connection = fleet.connect(settings, "x", {}, {}, 5.0)
+    try:
+        assert connection.problem == ""
+        ids = [f"gpu-node-{i}:30000" for i in range(40)]
+        answers = {key: fleet.evaluate(connection.client, "dsv41.folded_fence", False,
+                                       EvaluationContext(targeting_key=key)) for key in ids}
+    finally:
+        fleet.disconnect()
+    assert {ev.answer for ev in answers.values()} == {fleet.Answer.VALUE}
+    on = [key for key, ev in answers.items() if ev.value]
+    assert 8 <= len(on) <= 32, on   # 50/50 over the targeting key
+    off = next(key for key in ids if key not in on)
+    assert boot(on[0]) is True and boot(on[0]) is True   # two boots, the same answer
+    assert boot(off) is False and boot(off) is False
+
+
+def test_a_missing_flag_file_warns_and_keeps_the_settings_values(make_runtime, tmp_path):
+    rt = make_runtime(BASE + FLEET, argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert problem.severity == "warning"
+    assert f"the flag service (flagd file {tmp_path / 'flags.json'}) could not be read at boot" in problem.message
+    assert "No such file" in problem.message and ": ;" not in problem.message
+    assert problem.message.endswith("the settings' values are used")
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    assert ff.value is False and ff.source == f"{tmp_path / 'settings.toml'} [default]"
+
+
+def test_a_required_flag_service_that_cannot_be_read_stops_a_strict_launch(make_runtime, tmp_path):
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + FLEET + "required = true\n", argv=ARGV)
+    assert "could not be read at boot" in message(exc)
+    assert "fleet.required = true in strict mode: the launch stops" in message(exc)
+    # not strict: the same launch goes on with its settings' values
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + FLEET + "required = true\n",
+                      argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert problem.severity == "warning" and rt.resolution.values["FOLDED_FENCE"].value is False
+
+
+def test_a_flag_that_is_not_a_boolean_is_refused(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {
+        "dsv41.folded_fence": flag(True, variants={"on": "yes", "off": "no"})})
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + FLEET, argv=ARGV)
+    assert "flag dsv41.folded_fence is not a boolean" in message(exc)
+    assert "refused, the settings' value stands; accepted: a boolean flag" in message(exc)
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + FLEET, argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FOLDED_FENCE"]
+    assert problem.severity == "warning" and problem.origin == "fleet flag dsv41.folded_fence"
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    assert ff.value is False and not ff.source.startswith("fleet")
+
+
+def test_the_snapshot_carries_the_fleet_table_and_values(make_runtime, tmp_path):
+    path = tmp_path / "flags.json"
+    write_flags(path, {"dsv41.folded_fence": flag(True)})
+    rt = make_runtime(BASE + FLEET, env={"DSV41_FLEET_LABELS": "cluster=canary"}, argv=ARGV)
+    raw = rt.snapshot()
+    launch, _features = read_snapshot(raw)
+    table = launch.resolution.reserved["FLEET"]
+    assert table["settings"] == rt.resolution.reserved["FLEET"]["settings"]
+    assert table["sources"]["labels"] == "env DSV41_FLEET_LABELS"
+    context = table["context"]
+    assert context["targeting_key"] == f"{socket.gethostname()}:31000"
+    attributes = context["attributes"]
+    assert attributes["cluster"] == "canary" and attributes["model_path"] == "/models/tiny"
+    assert attributes["tp_size"] == 2 and attributes["port"] == "31000"
+    assert attributes["profile"] == "default" and len(attributes["fingerprint"]) == 64
+    ff = launch.resolution.values["FOLDED_FENCE"]
+    assert (ff.value, ff.source) == (True, rt.resolution.values["FOLDED_FENCE"].source)
+    # a child takes the launch's fleet value from the snapshot: it reads no flag service
+    path.unlink()
+    child = build(None, None, environ={"DSV41_SNAPSHOT": raw}, argv=ARGV, configure_logging=False)
+    try:
+        assert child.from_snapshot and child.resolution.values["FOLDED_FENCE"].value is True
+        assert child.resolution.reserved["FLEET"] == table
+    finally:
+        child.uninstall()
+
+
+def _tamper(where, value):
+    def mutate(fleet_table):
+        *path, last = where
+        node = fleet_table
+        for part in path:
+            node = node[part]
+        if value is KeyError:
+            del node[last]
+        else:
+            node[last] = value
+    return mutate
+
+
+@pytest.mark.parametrize("mutate,expected", [
+    (_tamper(("settings", "poll_interval_s"), "fast"), "FLEET.poll_interval_s"),
+    (_tamper(("settings", "provider"), "launchdarkly"), "FLEET.provider"),
+    (_tamper(("settings", "token"), TOKEN), "FLEET.token"),
+    (_tamper(("settings", "min_switch_interval_s"), -1), "FLEET.min_switch_interval_s"),
+    (_tamper(("sources",), KeyError), "FLEET is not {settings, sources}"),
+    (_tamper(("context", "attributes", "tp_size"), [2]), "FLEET.context"),
+    (_tamper(("context", "targeting_key"), 7), "FLEET.context"),
+])
+def test_a_tampered_fleet_table_in_a_snapshot_is_refused(make_runtime, tmp_path, mutate, expected):
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(True)})
+    data = json.loads(make_runtime(BASE + FLEET, argv=ARGV).snapshot())
+    mutate(data["resolution"]["reserved"]["FLEET"])
+    with pytest.raises(SnapshotError) as exc:
+        read_snapshot(json.dumps(data))
+    assert "DSV41_SNAPSHOT refused" in message(exc) and expected in message(exc)
+    assert TOKEN not in message(exc)
+
+
+def test_the_fleet_token_is_never_kept_or_shown(make_runtime, tmp_path):
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(True)})
+    rt = make_runtime(BASE + FLEET, env={"DSV41_FLEET_TOKEN": TOKEN}, argv=ARGV)
+    assert rt.resolution.values["FOLDED_FENCE"].source.startswith("fleet (flagd")
+    raw = rt.snapshot()
+    assert TOKEN not in raw and "DSV41_FLEET_TOKEN" not in json.loads(raw)["env"]
+    assert TOKEN not in repr(rt.resolution) and TOKEN not in repr(rt.launch)
+    with capture_logs() as logs:
+        rt.announce()
+    assert [e["event"] for e in logs] == ["flags.resolved"] and TOKEN not in repr(logs)
+
+
+# ------------------------------------------------------------------ 3. watcher
+class Switches:
+    """The watcher's ``switch``: records ``(monotonic time, name, value, requested_by)`` and
+    answers ``answer(name, value)`` (default: applied)."""
+
+    def __init__(self, answer=None):
+        self.calls: list[tuple[float, str, bool, str]] = []
+        self.answer = answer
+
+    def __call__(self, name, value, requested_by):
+        self.calls.append((time.monotonic(), name, value, requested_by))
+        return self.answer(name, value) if self.answer else fleet.Outcome(True, value)
+
+    def made(self):
+        return [(name, value) for _, name, value, _ in self.calls]
+
+
+def events(log: CapturingLogger, name: str | None = None) -> list:
+    out = [(call.args[0], call.kwargs) for call in log.calls]
+    return [kw for event, kw in out if event == name] if name else [event for event, _ in out]
+
+
+@pytest.fixture
+def watch(tmp_path):
+    """``watch(flags, launch=None, answer=None, **fields)``: a flag file holding ``flags``, and a
+    started ``fleet.Watcher`` over it (the shipped features; launch values ``launch``, all off by
+    default) whose first read is done. Returns ``watcher, switch, log, path, row(name)``. Every
+    watcher is stopped at teardown."""
+    made = []
+
+    def start(flags, launch=None, answer=None, **fields):
+        path = tmp_path / "flags.json"
+        write_flags(path, flags)
+        fields = {"poll_interval_s": 0.1, "min_switch_interval_s": 0.0, **fields}
+        settings = FleetSettings(provider="flagd", path=str(path), **fields)
+        switch, log = Switches(answer), CapturingLogger()
+        watcher = fleet.Watcher(settings, {"targeting_key": "test-server:31000"}, FEATURES,
+                                launch or {"folded_fence": False, "autotune_keep": False}, switch,
+                                log, environ={"DSV41_FLEET_TOKEN": TOKEN})
+        made.append(watcher)
+        watcher.start()
+        wait_for(lambda: watcher.status().last_read, "the watcher's first read")
+
+        def row(name):
+            return next(r for r in watcher.status().features if r.feature == name)
+
+        return types.SimpleNamespace(watcher=watcher, switch=switch, log=log, path=path, row=row)
+
+    yield start
+    for watcher in made:
+        watcher.stop()
+
+
+def test_an_edited_file_makes_exactly_one_switch(watch):
+    w = watch({"dsv41.folded_fence": flag(False)})
+    assert w.switch.calls == [] and w.row("folded_fence").fleet_value is False
+    write_flags(w.path, {"dsv41.folded_fence": flag(True)})
+    digest = sha256(w.path)
+    wait_for(lambda: w.switch.calls, "the switch")
+    time.sleep(0.5)  # several more reads: the change is switched once
+    assert [(n, v, by) for _, n, v, by in w.switch.calls] == [
+        ("folded_fence", True, f"flagd:{w.path}@{digest}")]
+    status = w.watcher.status()
+    assert (status.switches, status.refused, status.reachable) == (1, 0, True)
+    row = w.row("folded_fence")
+    assert (row.fleet_value, row.applied, row.agrees, row.reason) == (True, True, True, "")
+    assert datetime.fromisoformat(row.changed_at).tzinfo is not None
+    assert [kw["requested_by"] for kw in events(w.log, "fleet.switched")] == [f"flagd:{w.path}@{digest}"]
+    assert TOKEN not in repr(w.log.calls) and TOKEN not in status.model_dump_json()
+
+
+def test_a_malformed_file_is_refused_once_and_a_later_good_file_applies(watch):
+    w = watch({"dsv41.folded_fence": flag(False)})
+    write_text(w.path, '{"flags": {"dsv41.folded_fence": ')
+    wait_for(lambda: w.watcher.status().refused, "the refusal")
+    time.sleep(0.6)  # flagd refuses the file at each of its reads: said once
+    status = w.watcher.status()
+    assert status.refused == 1 and status.switches == 0 and w.switch.calls == []
+    assert status.problem.startswith("refused: ") and status.reachable
+    assert len(events(w.log, "fleet.refused")) == 1
+    row = w.row("folded_fence")
+    assert (row.fleet_value, row.applied) == (False, False)
+    write_flags(w.path, {"dsv41.folded_fence": flag(True)})
+    wait_for(lambda: w.switch.calls, "the switch after a good file")
+    assert w.switch.made() == [("folded_fence", True)]
+    wait_for(lambda: w.watcher.status().problem == "", "the refusal cleared")
+    assert w.watcher.status().refused == 1 and w.row("folded_fence").applied is True
+
+
+def test_a_change_of_a_feature_that_is_not_live_needs_a_restart(watch):
+    assert not FEATURES["autotune_keep"].live
+    w = watch({"dsv41.autotune_keep": flag(False)})
+    write_flags(w.path, {"dsv41.autotune_keep": flag(True)})
+    wait_for(lambda: w.row("autotune_keep").fleet_value is True, "the change")
+    time.sleep(0.4)
+    row = w.row("autotune_keep")
+    assert row.reason.startswith("restart needed") and "next launch" in row.reason
+    assert (row.applied, row.agrees) == (False, False)
+    assert w.switch.calls == [] and w.watcher.status().switches == 0
+    assert len(events(w.log, "fleet.restart_needed")) == 1
+
+
+def test_a_refused_switch_is_said_on_the_row_and_counted(watch):
+    reason = "rank 1 refused: folded_fence is drifted on this rank"
+    w = watch({"dsv41.folded_fence": flag(False)}, min_switch_interval_s=30,
+              answer=lambda name, value: fleet.Outcome(False, None, reason))
+    write_flags(w.path, {"dsv41.folded_fence": flag(True)})
+    wait_for(lambda: w.watcher.status().refused, "the refusal")
+    time.sleep(0.4)  # the retry waits for min_switch_interval_s
+    status = w.watcher.status()
+    assert (status.refused, status.switches, len(w.switch.calls)) == (1, 0, 1)
+    row = w.row("folded_fence")
+    assert row.reason == f"refused: {reason}" and (row.fleet_value, row.applied) == (True, False)
+    assert not row.agrees
+    assert [kw["reason"] for kw in events(w.log, "fleet.refused")] == [reason]
+
+
+def test_flapping_is_coalesced_and_the_last_value_applies(watch):
+    interval = 0.5
+    w = watch({"dsv41.folded_fence": flag(False)}, min_switch_interval_s=interval)
+    started = time.monotonic()
+    for i in range(50):
+        write_flags(w.path, {"dsv41.folded_fence": flag(i % 2 == 1)})
+        time.sleep(0.02)
+    elapsed = time.monotonic() - started
+    wait_for(lambda: w.row("folded_fence").applied is True, "the last value applied")
+    time.sleep(interval + 0.3)   # nothing more to switch
+    calls = w.switch.calls
+    assert 1 <= len(calls) <= 2 + math.ceil(elapsed / interval), (elapsed, calls)
+    gaps = [b[0] - a[0] for a, b in zip(calls, calls[1:])]
+    assert all(gap >= interval - 0.01 for gap in gaps), gaps   # the ranks never see a higher rate
+    assert calls[-1][2] is True and w.row("folded_fence").fleet_value is True
+    status = w.watcher.status()
+    assert status.switches == len(calls)
+    assert 1 <= status.coalesced <= 50   # changes held back, not reads made while waiting
+
+
+def test_a_deleted_file_is_unreachable_until_it_is_back(watch):
+    w = watch({"dsv41.folded_fence": flag(True)}, launch={"folded_fence": True})
+    assert w.watcher.status().reachable
+    w.path.unlink()
+    wait_for(lambda: not w.watcher.status().reachable, "unreachable")
+    time.sleep(0.3)
+    status = w.watcher.status()
+    assert datetime.fromisoformat(status.unreachable_since).tzinfo is not None
+    assert str(w.path) in status.problem and "No such file" in status.problem
+    assert status.refused == 0 and w.switch.calls == []
+    row = w.row("folded_fence")
+    assert row.applied is True and row.reason == f"flag service unreachable since {status.unreachable_since}"
+    assert len(events(w.log, "fleet.unreachable")) == 1
+    write_flags(w.path, {"dsv41.folded_fence": flag(False)})
+    wait_for(lambda: w.watcher.status().reachable, "reachable again")
+    wait_for(lambda: w.switch.calls, "the switch of the file that came back")
+    status = w.watcher.status()
+    assert status.unreachable_since == "" and status.problem == ""
+    assert w.switch.made() == [("folded_fence", False)] and w.row("folded_fence").reason == ""
+    assert len(events(w.log, "fleet.reachable")) == 2   # at the first read, and back
+
+
+def test_stop_ends_the_watcher_thread_within_its_bound(watch):
+    w = watch({"dsv41.folded_fence": flag(False)}, poll_interval_s=30)
+    threads = [t for t in threading.enumerate() if t.name == "dsv41-fleet"]
+    assert len(threads) == 1 and threads[0].daemon
+    started = time.monotonic()
+    w.watcher.stop(timeout_s=2.0)
+    assert time.monotonic() - started < 2.0 and not threads[0].is_alive()
+
+
+def test_a_forked_child_runs_no_watcher_and_cannot_start_the_parents(tmp_path):
+    path = tmp_path / "flags.json"
+    write_flags(path, {"dsv41.folded_fence": flag(False)})
+    code = f"""
+        import json, os, threading, time
+        from pathlib import Path
+        from structlog.testing import CapturingLogger
+        from dsv41_flags import fleet
+        from dsv41_flags.discovery import discover
+        from dsv41_flags.fleet_settings import FleetSettings
+
+        features = {{f.name: f for f in discover(Path({str(FEATURES_DIR)!r}))}}
+        settings = FleetSettings(provider="flagd", path={str(path)!r}, poll_interval_s=0.1)
+        watcher = fleet.Watcher(settings, {{"targeting_key": "k"}}, features, {{}},
+                                lambda name, value, by: fleet.Outcome(True, value), CapturingLogger())
+        watcher.start()
+        deadline = time.monotonic() + 10
+        while not watcher.status().last_read and time.monotonic() < deadline:
+            time.sleep(0.02)
+        parent = [t.name for t in threading.enumerate()]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                names = [t.name for t in threading.enumerate()]
+                try:
+                    watcher.start()
+                    start = "started"
+                except RuntimeError as exc:
+                    start = "RuntimeError: " + str(exc)
+                os.write(w, json.dumps({{"threads": names, "start": start}}).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 65536):
+            data += chunk
+        _, status = os.waitpid(pid, 0)
+        watcher.stop()
+        print(json.dumps({{"parent": parent, "child": json.loads(data), "status": status}}))
+    """
+    proc = run_code(code, clean_env(PYTHONPATH=str(REPO / "src")), tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "dsv41-fleet" in out["parent"] and out["status"] == 0
+    assert "dsv41-fleet" not in out["child"]["threads"]
+    assert out["child"]["start"] == "RuntimeError: a fleet watcher runs only in the process that built it"
