@@ -288,6 +288,7 @@ class Watcher:
                                          applied=bool(launch_values.get(name, f.default)))
                       for name, f in self.features.items()}
         self._last_switch: dict[str, float] = {}
+        self._interval: dict[str, float] = {}  # a refused feature's wait before the next try (s)
         self._status = FleetStatus(provider=settings.provider, where=settings.where(),
                                    instance_id=self.key)
 
@@ -476,7 +477,8 @@ class Watcher:
                 self._row(name, reason=reason)
             return True
         last = self._last_switch.get(name)
-        due = (last if last is not None else -math.inf) + self.settings.min_switch_interval_s
+        due = (last if last is not None else -math.inf) + self._interval.get(
+            name, self.settings.min_switch_interval_s)
         if time.monotonic() < due:
             if changed:  # a change held back: counted once, however often it is read again
                 self._count("coalesced")
@@ -489,16 +491,24 @@ class Watcher:
         except Exception as exc:  # the route could not be asked: said, retried next read
             outcome = Outcome(False, row.applied, f"{type(exc).__name__}: {exc}"[:300])
         if outcome.ok:
+            self._interval.pop(name, None)
             self._count("switches")
             self._row(name, applied=value if outcome.applied is None else outcome.applied, reason="")
             self.log.info("fleet.switched", feature=name, flag=row.flag, value=value,
                           requested_by=requested_by)
         else:
-            self._count("refused")
-            self._row(name, reason=f"refused: {outcome.reason}"[:300],
+            # tried again later, each time twice as late (up to MAX_BACKOFF_S); the same refusal
+            # of the same value is reported and counted once
+            self._interval[name] = min(MAX_BACKOFF_S, max(
+                1.0, self.settings.min_switch_interval_s, 2 * self._interval.get(name, 0.5)))
+            reason = f"refused: {outcome.reason}"[:300]
+            if reason != row.reason or changed:
+                self._count("refused")
+                self.log.warning("fleet.refused", feature=name, flag=row.flag, value=value,
+                                 reason=outcome.reason[:300],
+                                 retry_in_s=self._interval[name])
+            self._row(name, reason=reason,
                       applied=row.applied if outcome.applied is None else outcome.applied)
-            self.log.warning("fleet.refused", feature=name, flag=row.flag, value=value,
-                             reason=outcome.reason[:300])
         return True
 
     def requested_by(self, flag: str) -> str:
