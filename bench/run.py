@@ -35,6 +35,7 @@ BENCHMARKS = [
     ("6", "b6_upgrade_gate", "Upgrade gate"),
     ("7", "b7_server", "Server: time to healthy and /generate throughput"),
     ("8", "b8_patch_check", "Patch check: the audit where a state is read"),
+    ("9", "b9_fleet", "Fleet flags: kill-switch latency (Unleash, flagd) against the direct switch"),
 ]
 
 
