@@ -66,3 +66,27 @@ def test_metrics_carry_each_features_state_and_the_generation_per_rank(kit, metr
         assert [s[2] for s in generations if _rank_key(s[1]) == key] == [rank["generation"]], \
             (key, generations)
     assert rank["generation"] == answer["generation"]
+
+
+def test_metrics_carry_every_process_outside_the_ranks(kit, metrics_server):
+    """The HTTP server process and the detokenizer write their own feature states and generation
+    (``dsv41_flags_process_feature_state{feature, role, pid, state}``), as status --url lists
+    them."""
+    code, status = kit.cli_json("status", "--url", metrics_server.url)
+    assert code == 0, status
+    code, text = http("GET", metrics_server.url + "/metrics")
+    assert code == 200
+    ours = samples(text)
+    processes = [status["server"], *status["processes"]]
+    assert {p["role"] for p in processes} >= {"detokenizer"}, processes
+    for process in processes:
+        pid = str(process["pid"])
+        for feature in process["features"]:
+            current = [s for s in ours if s[0] == "dsv41_flags_process_feature_state"
+                       and s[1].get("pid") == pid and s[1].get("feature") == feature["name"]
+                       and s[2] == 1]
+            assert [s[1]["state"] for s in current] == [feature["state"]], (process["role"], current)
+            assert current[0][1]["role"] == process["role"]
+        generation = [s[2] for s in ours if s[0] == "dsv41_flags_process_generation"
+                      and s[1].get("pid") == pid]
+        assert generation == [process["generation"]], (process["role"], generation)

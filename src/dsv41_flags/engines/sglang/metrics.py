@@ -8,6 +8,11 @@ sglang serves ``/metrics`` through prometheus_client in multiprocess mode: the l
 HTTP process's ``MultiProcessCollector`` reads them all. In that mode only Gauge, Counter and
 Histogram work, and a Gauge needs a ``multiprocess_mode``.
 
+Every process outside the schedulers with a live feature (the HTTP server process, the
+detokenizer, the data-parallel controller) writes ``dsv41_flags_process_feature_state{feature,
+role, pid, state}`` and ``dsv41_flags_process_generation{role, pid}`` (``update_process``), and
+the HTTP process that reads a flag service the ``dsv41_flags_fleet_*`` samples (``update_fleet``).
+
 Each scheduler rank writes two gauges (``multiprocess_mode="livemax"``: the samples of live
 processes; the rank labels keep every rank's apart):
 
@@ -93,6 +98,55 @@ def update_safely(rt) -> None:
     try:
         update(rt)
     except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
+        rt.log.warning("flags.metrics_failed", error=f"{exception_text(exc)}")
+
+
+PROCESS_STATE_METRIC = "dsv41_flags_process_feature_state"
+PROCESS_GENERATION_METRIC = "dsv41_flags_process_generation"
+
+
+def update_process(rt) -> bool:
+    """Write the feature states and generation of this process outside the schedulers (the HTTP
+    server process, the detokenizer, the data-parallel controller: ``peers``), beside the ranks':
+
+    - ``dsv41_flags_process_feature_state{feature, role, pid, state}``: 1 for the current state;
+    - ``dsv41_flags_process_generation{role, pid}``: the process's live generation.
+
+    Called when the process becomes a peer, at each of its state changes (``state_listeners``)
+    and at each status request, so a process whose metrics were not enabled yet at the first
+    call writes them at the next. Returns False when sglang's metrics are off here."""
+    gauges = rt.live.transport.get("process_metrics")
+    if gauges is None:
+        if not enabled():
+            return False
+        try:
+            from prometheus_client import Gauge
+        except ImportError:
+            return False
+        gauges = rt.live.transport["process_metrics"] = {
+            "state": Gauge(PROCESS_STATE_METRIC, "dsv41_flags feature state in a process outside "
+                           "the scheduler ranks (1: the current state)",
+                           ("feature", "role", "pid", "state"), multiprocess_mode="livemax"),
+            "generation": Gauge(PROCESS_GENERATION_METRIC, "dsv41_flags live generation in a "
+                                "process outside the scheduler ranks", ("role", "pid"),
+                                multiprocess_mode="livemax"),
+            "seen": {}}
+    who = {"role": str(rt.context.fields.get("role") or "process"), "pid": str(os.getpid())}
+    for st in rt.states():
+        states = gauges["seen"].setdefault(st.name, set())
+        states.add(st.state)
+        for state in states:
+            gauges["state"].labels(feature=st.name, state=state, **who).set(
+                1 if state == st.state else 0)
+    gauges["generation"].labels(**who).set(rt.live.generation)
+    return True
+
+
+def update_process_safely(rt) -> None:
+    """``update_process(rt)``, a failure reported (``flags.metrics_failed``), never raised."""
+    try:
+        update_process(rt)
+    except Exception as exc:  # noqa: BLE001 - metrics never stop a process
         rt.log.warning("flags.metrics_failed", error=f"{exception_text(exc)}")
 
 

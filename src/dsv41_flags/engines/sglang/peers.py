@@ -126,6 +126,9 @@ def answer(rt, request: dict) -> dict:
     phase = request.get("phase")
     try:
         if phase == "status":
+            from dsv41_flags.engines.sglang.metrics import update_process_safely
+
+            update_process_safely(rt)
             return {"ok": True, **process_status(rt).model_dump(mode="json")}
         if phase not in PHASES:
             raise SwitchError(f"phase {str(phase)[:20]!r} is not one of {', '.join(PHASES)}")
@@ -219,9 +222,13 @@ def listen(rt) -> bool:
     if rt.context.fields.get("role") == "scheduler" or rt.launch_pid is None \
             or rt.live.transport.get("peer"):
         return False
+    from dsv41_flags.engines.sglang.metrics import update_process_safely
+
     listener = Listener(rt, launch_directory(rt.launch_pid, create=True))
     rt.live.transport["peer"] = listener
     listener.start()
+    update_process_safely(rt)
+    rt.state_listeners.append(lambda st: update_process_safely(rt))
     return True
 
 
