@@ -112,7 +112,9 @@ def update_process(rt) -> bool:
     - ``dsv41_flags_process_feature_state{feature, role, pid, state}``: 1 for the current state;
     - ``dsv41_flags_process_generation{role, pid}``: the process's live generation.
 
-    Called when the process becomes a peer, at each of its state changes (``state_listeners``)
+    ``pid`` is prometheus_client's own label of a ``liveall`` gauge in multiprocess mode (a
+    label of ours by that name would be dropped by its collector). Called when the process
+    becomes a peer, at each of its state changes (``state_listeners``)
     and at each status request, so a process whose metrics were not enabled yet at the first
     call writes them at the next. Returns False when sglang's metrics are off here."""
     gauges = rt.live.transport.get("process_metrics")
@@ -126,12 +128,12 @@ def update_process(rt) -> bool:
         gauges = rt.live.transport["process_metrics"] = {
             "state": Gauge(PROCESS_STATE_METRIC, "dsv41_flags feature state in a process outside "
                            "the scheduler ranks (1: the current state)",
-                           ("feature", "role", "pid", "state"), multiprocess_mode="livemax"),
+                           ("feature", "role", "state"), multiprocess_mode="liveall"),
             "generation": Gauge(PROCESS_GENERATION_METRIC, "dsv41_flags live generation in a "
-                                "process outside the scheduler ranks", ("role", "pid"),
-                                multiprocess_mode="livemax"),
+                                "process outside the scheduler ranks", ("role",),
+                                multiprocess_mode="liveall"),
             "seen": {}}
-    who = {"role": str(rt.context.fields.get("role") or "process"), "pid": str(os.getpid())}
+    who = {"role": str(rt.context.fields.get("role") or "process")}
     for st in rt.states():
         states = gauges["seen"].setdefault(st.name, set())
         states.add(st.state)
