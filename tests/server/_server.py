@@ -401,3 +401,30 @@ class Load:
         deadline = time.monotonic() + timeout
         for t in self.threads:
             t.join(max(0.1, deadline - time.monotonic()))
+
+
+def verify_cap_feature(name: str) -> str:
+    """The source of an operator feature ``name``: live, it caps ``max_new_tokens`` at 3 in
+    ``SamplingParams.verify`` (called by the tokenizer manager, so it runs in the HTTP server
+    process and a switch changes what ``/generate`` answers)."""
+    return f'''
+"""Cap max_new_tokens at 3 where sglang checks a request's sampling parameters (the HTTP
+server process)."""
+from dsv41_flags import Feature
+
+
+def install(module, ctx):
+    def make(original):
+        def verify(self, *args, **kwargs):
+            if self.max_new_tokens is None or self.max_new_tokens > 3:
+                self.max_new_tokens = 3
+            return original(self, *args, **kwargs)
+        return verify
+
+    ctx.patch(module.SamplingParams, "verify", make)
+
+
+FEATURE = Feature(name="{name}", target="sglang.srt.sampling.sampling_params",
+                  install=install, summary="Cap max_new_tokens at 3 in SamplingParams.verify",
+                  requires=("SamplingParams.verify",), live=True)
+'''

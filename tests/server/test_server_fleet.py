@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import socket
 import time
@@ -38,9 +37,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.files import write_text
 from tests.services.unleash import AdminApiError, constraint
 
-from ._server import GENERATE_BODY, Launch, Load, http
+from ._server import GENERATE_BODY, Launch, Load, http, verify_cap_feature
 
 pytestmark = pytest.mark.server
 
@@ -59,27 +59,7 @@ CAP_FLAG = f"dsv41.{CAP}"
 WAIT_S = 30.0                   # the longest a change may take to reach every rank (poll 1 s)
 STATUS_POLL_S = 0.1
 
-FLEET_CAP = '''
-"""Cap max_new_tokens at 3 where sglang checks a request's sampling parameters (the HTTP
-server process)."""
-from dsv41_flags import Feature
-
-
-def install(module, ctx):
-    def make(original):
-        def verify(self, *args, **kwargs):
-            if self.max_new_tokens is None or self.max_new_tokens > 3:
-                self.max_new_tokens = 3
-            return original(self, *args, **kwargs)
-        return verify
-
-    ctx.patch(module.SamplingParams, "verify", make)
-
-
-FEATURE = Feature(name="fleet_cap", target="sglang.srt.sampling.sampling_params",
-                  install=install, summary="Cap max_new_tokens at 3 in SamplingParams.verify",
-                  requires=("SamplingParams.verify",), live=True)
-'''
+FLEET_CAP = verify_cap_feature("fleet_cap")
 BASE = ("[default]\nfolded_fence = false\nautotune_keep = false\nfleet_cap = false\n"
         "strict = true\n")
 
@@ -100,18 +80,6 @@ def unleash_table(url: str, cluster: str) -> str:
     return (f'[default.fleet]\nprovider = "unleash"\nurl = "{url}"\n'
             f'environment = "{ENVIRONMENT}"\npoll_interval_s = 1\nmin_switch_interval_s = 0.2\n'
             f'labels = {{ cluster = "{cluster}" }}\n')
-
-
-def write_text(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with a strictly later mtime (flagd's file watcher reloads a
-    file whose mtime grew)."""
-    before = path.stat().st_mtime_ns if path.exists() else 0
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    if tmp.stat().st_mtime_ns <= before:
-        later = before + 10_000_000
-        os.utime(tmp, ns=(later, later))
-    os.replace(tmp, path)
 
 
 def write_fence_flag(path: Path, on: bool) -> None:

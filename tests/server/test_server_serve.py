@@ -15,32 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ._server import Launch, free_port_block, http
+from ._server import Launch, free_port_block, http, verify_cap_feature
 
 pytestmark = pytest.mark.server
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "features" / "max_new_tokens_cap.py"
 ADMIN_KEY = "SERVEADMIN"
-VERIFY_CAP = '''
-"""Cap max_new_tokens where sglang checks a request's sampling parameters: the HTTP process."""
-from dsv41_flags import Feature
-
-
-def install(module, ctx):
-    def make(original):
-        def verify(self, *args, **kwargs):
-            if self.max_new_tokens is None or self.max_new_tokens > 3:
-                self.max_new_tokens = 3
-            return original(self, *args, **kwargs)
-        return verify
-
-    ctx.patch(module.SamplingParams, "verify", make)
-
-
-FEATURE = Feature(name="verify_cap", target="sglang.srt.sampling.sampling_params",
-                  install=install, summary="Cap max_new_tokens at 3 in SamplingParams.verify",
-                  requires=("SamplingParams.verify",), live=True)
-'''
+VERIFY_CAP = verify_cap_feature("verify_cap")
 BODY = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
 
 

@@ -19,6 +19,7 @@ from datetime import datetime
 import pytest
 from structlog.testing import CapturingLogger, capture_logs
 
+
 from dsv41_flags import SettingsError
 from dsv41_flags import fleet
 from dsv41_flags.assembly import build
@@ -26,6 +27,7 @@ from dsv41_flags.discovery import discover
 from dsv41_flags.errors import SnapshotError
 from dsv41_flags.fleet_settings import FleetSettings
 from dsv41_flags.snapshot import read as read_snapshot
+from tests.files import write_text
 
 from ..conftest import FEATURES_DIR
 from ._child import REPO, clean_env, run_code
@@ -49,18 +51,6 @@ def flag(on: bool, targeting=None, variants=None) -> dict:
     if targeting is not None:
         out["targeting"] = targeting
     return out
-
-
-def write_text(path, text: str) -> None:
-    """Replace ``path`` atomically (tmp + ``os.replace``) with a strictly later mtime: flagd's
-    file watcher reloads only a file whose mtime grew."""
-    before = path.stat().st_mtime_ns if path.exists() else 0
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    if tmp.stat().st_mtime_ns <= before:
-        later = before + 10_000_000
-        os.utime(tmp, ns=(later, later))
-    os.replace(tmp, path)
 
 
 def write_flags(path, flags: dict) -> None:

@@ -81,15 +81,21 @@ def update(rt, ranks: dict | None = None, *, force: bool = False) -> bool:
         return False
     fields = {**rt.context.as_fields(), **(ranks or {})}
     rank = {k: str(fields.get(k) if fields.get(k) is not None else 0) for k in RANK_LABELS}
+    _write_states(rt, gauges, rank)
+    return True
+
+
+def _write_states(rt, gauges: dict[str, Any], labels: dict[str, str]) -> None:
+    """Each feature's state (1 for the current one, 0 for every state it had before: the set in
+    ``gauges["seen"]``) and the live generation, under ``labels``."""
     seen: dict[str, set] = gauges["seen"]
     for st in rt.states():
         states = seen.setdefault(st.name, set())
         states.add(st.state)
         for state in states:
-            gauges["state"].labels(feature=st.name, state=state, **rank).set(
+            gauges["state"].labels(feature=st.name, state=state, **labels).set(
                 1 if state == st.state else 0)
-    gauges["generation"].labels(**rank).set(rt.live.generation)
-    return True
+    gauges["generation"].labels(**labels).set(rt.live.generation)
 
 
 def update_safely(rt) -> None:
@@ -133,14 +139,7 @@ def update_process(rt) -> bool:
                                 "process outside the scheduler ranks", ("role",),
                                 multiprocess_mode="liveall"),
             "seen": {}}
-    who = {"role": str(rt.context.fields.get("role") or "process")}
-    for st in rt.states():
-        states = gauges["seen"].setdefault(st.name, set())
-        states.add(st.state)
-        for state in states:
-            gauges["state"].labels(feature=st.name, state=state, **who).set(
-                1 if state == st.state else 0)
-    gauges["generation"].labels(**who).set(rt.live.generation)
+    _write_states(rt, gauges, {"role": str(rt.context.fields.get("role") or "process")})
     return True
 
 
