@@ -379,7 +379,7 @@ def fleet_status(urls: list[str], as_json: bool, emit_json: Callable[[Any], None
         for row in fleet.features:
             table.add_row(shown, safe_text(fleet.instance_id), safe_text(row.feature),
                           "none" if row.fleet_value is None else _on(row.fleet_value),
-                          _on(bool(row.applied)), "ok" if row.agrees and fleet.reachable
+                          _on(bool(row.applied)), "agrees" if row.agrees and fleet.reachable
                           else "DIFFERS", safe_text(row.reason or why_all))
     import os
 
