@@ -15,6 +15,7 @@ from functools import lru_cache
 from types import ModuleType
 
 from dsv41_flags.declare import Feature
+from dsv41_flags.state import State
 from dsv41_flags.text import exception_text
 
 
@@ -311,3 +312,9 @@ def report_by_import(features_dir: str, name: str) -> None:
         print(json.dumps({"error": exception_text(exc)}))
         return
     print(json.dumps([v.to_dict() for v in verdicts_on(feature, module)]))
+
+
+def drifted_text(target: str, missing) -> str:
+    """``target T drifted: missing A; B``: the one wording of a drifted target (``missing``: the
+    requirement texts not found) in errors, events' messages and the CLI."""
+    return f"target {target} {State.DRIFTED}: missing {'; '.join(missing)}"

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.discovery import install_order, with_engine_default
-from dsv41_flags.drift import fixed_upstream, missing_on, version_problem
+from dsv41_flags.drift import drifted_text, fixed_upstream, missing_on, version_problem
 from dsv41_flags.errors import ActivationError, DriftError, PatchConflict, RestoreError, StateError
 from dsv41_flags.fingerprint import Fingerprint
 from dsv41_flags.secrecy import MASK, is_secret, secret_names
@@ -40,6 +40,8 @@ from dsv41_flags.text import exception_text
 # leave the child a module lock nobody releases). A runtime is built by ``assembly``.
 
 STRICT_HINT = "strict mode: set strict = false in settings.toml or DSV41_STRICT=0 to go on"
+#: the detail of a live feature switched off before its target is imported
+LIVE_OFF_DETAIL = f"live: {State.INSTALLED} {State.BYPASSED} when its target is imported"
 
 
 
@@ -265,7 +267,7 @@ class Runtime:
             self._hooked.add(feature.name)
             # set before registering (a hook may fire at once); undone if no hook was registered
             self._move(feature, State.ARMED if on else State.OFF,
-                      detail="" if on else "live: installed bypassed when its target is imported")
+                      detail="" if on else LIVE_OFF_DETAIL)
             try:
                 wait = register_post_import_hook(lambda module, f=feature: self._on_import(f, module),
                                                  feature.target)
@@ -401,8 +403,8 @@ class Runtime:
             self.log.error("feature.drifted", feature=feature.name, target=feature.target,
                            missing=missing, strict=strict)
             if strict:
-                raise DriftError(f"feature {feature.name!r}: target {feature.target} drifted: missing "
-                                 f"{', '.join(missing)} ({STRICT_HINT})")
+                raise DriftError(f"feature {feature.name!r}: "
+                                 f"{drifted_text(feature.target, missing)} ({STRICT_HINT})")
             return st
         ctx = InstallContext(feature, self.options(feature), self.fingerprint,
                              get_logger(self.context, report=False, feature=feature.name), self.ledger,
@@ -573,7 +575,7 @@ class Runtime:
         if st is None:
             return
         state = after_switch(st.state, self.value(feature))
-        detail = "" if state != State.OFF else "live: installed bypassed when its target is imported"
+        detail = "" if state != State.OFF else LIVE_OFF_DETAIL
         self._move(feature, state, duration_ms=st.duration_ms, patches=st.patches,
                    detail=detail if state in (State.OFF, State.ARMED, State.PENDING) else st.detail)
 

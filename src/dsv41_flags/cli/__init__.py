@@ -19,7 +19,8 @@ from typer.core import TyperCommand, TyperGroup
 
 from dsv41_flags.cli.output import (EX_IOERR, STREAM_ERRNOS, console, emit_json, err,
                                     finish_streams, mend_streams, out, report_lost, safe)
-from dsv41_flags.drift import Presence, fixed_upstream, split_verdicts, verdicts_by_import
+from dsv41_flags.drift import (Presence, drifted_text, fixed_upstream, split_verdicts,
+                               verdicts_by_import)
 from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.text import quoted
 from dsv41_flags.names import RESERVED, suggest
@@ -319,9 +320,10 @@ def _refuse_blocked(rt: Runtime, what: str) -> None:
 
 def _print_blockers(blockers: list[FeatureStatus]) -> None:
     for r in blockers:
-        err.print(f"error: feature {r.name!r}: target {r.target} drifted: missing "
-                  f"{'; '.join(r.missing)}", style="red", highlight=False)
-    err.print("error: an armed feature drifted (strict mode): a boot would stop", style="red")
+        err.print(f"error: feature {r.name!r}: {drifted_text(r.target, r.missing)}", style="red",
+                  highlight=False)
+    err.print(f"error: an {State.ARMED} feature {State.DRIFTED} (strict mode): a boot would stop",
+              style="red")
 
 
 @app.command("set", cls=_Command, short_help="Switch a live feature on every rank of a running server, in lockstep.")
@@ -409,8 +411,8 @@ def _drift_problems(features, resolution, fdir) -> list:
     from dsv41_flags.errors import Problem
 
     return [Problem("DRIFT", f"profile {resolution.profile}",
-                    f"feature {r.name!r} is armed in profile {resolution.profile} but its target "
-                    f"{r.target} drifted: missing {'; '.join(r.missing)}"
+                    f"feature {r.name!r} is {State.ARMED} in profile {resolution.profile} but its "
+                    f"{drifted_text(r.target, r.missing)}"
                     + (" (strict mode: a boot would stop)" if resolution.strict else ""),
                     "error" if resolution.strict else "warning")
             for r in _feature_rows(features, resolution, fdir,
