@@ -7,8 +7,9 @@ Payload (canonical JSON, sorted keys, no whitespace):
   typed after ``dsv41-flags run --`` or read from ``sys.argv``) without volatile options
   (``--port 30000`` / ``--port=30000``);
   ``env``: variables under a prefix (the engine's, ``DSV41_``, the settings') that are neither
-  volatile, nor reserved, nor the variable of a flag or option (those enter by resolved value,
-  below), renamed as the engine reads them (legacy spellings, ``EngineFacts.canonical_env``);
+  volatile, nor reserved, nor a fleet setting (``DSV41_FLEET_*``: like the ``fleet`` table, they
+  say where values come from), nor the variable of a flag or option (those enter by resolved
+  value, below), renamed as the engine reads them (legacy spellings, ``EngineFacts.canonical_env``);
   ``settings``: resolved value of every non-volatile flag and option, whatever its source.
 Prefixes and volatile names add up from three places: the engine adapter's defaults
 (``EngineAdapter.fingerprint``), the settings (``fingerprint.prefixes`` / ``volatile`` /
@@ -28,6 +29,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.engine import EngineFacts, engine_facts
+from dsv41_flags.fleet_settings import VARIABLES as FLEET_VARIABLES
 from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.resolution import EMPTY, Resolution
@@ -340,6 +342,9 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
             excluded[name] = volatile[name]
         elif name in reserved_vars or name.split("__")[0] in reserved_vars:
             excluded[name] = "reserved name of dsv41_flags"
+        elif name in FLEET_VARIABLES:
+            excluded[name] = ("fleet setting (where live values come from, like [default.fleet]): "
+                              "the values it brings enter by resolved value")
         elif name in setting_vars:
             excluded[name] = "enters by resolved value (settings)"
         else:

@@ -35,8 +35,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.errors import Problem
+from dsv41_flags.files import FileRefused, read_regular
 from dsv41_flags.fleet_settings import TOKEN_VAR, FleetSettings, from_wire
 from dsv41_flags.resolution import Resolution, Resolved
+from dsv41_flags.secrecy import masked_reason, masked_text
 from dsv41_flags.status import FleetFeature, FleetStatus
 
 #: the longest token file read (bytes)
@@ -76,19 +78,18 @@ def configured(resolution: Resolution) -> FleetSettings | None:
 
 def read_token(settings: FleetSettings, environ: Mapping[str, str]) -> tuple[str, str]:
     """``(token, problem)``: the flag service's token from ``DSV41_FLEET_TOKEN``, else from the
-    file ``token_file`` (at most ``MAX_TOKEN`` bytes, surrounding space stripped), else ``""``.
-    ``problem`` says why a named token file could not be read (never its content)."""
+    regular file ``token_file`` (at most ``MAX_TOKEN`` bytes, read without blocking:
+    ``files.read_regular``; surrounding space stripped), else ``""``. ``problem`` says why a
+    named token file could not be read (a FIFO, a directory, missing, too large; never its
+    content)."""
     if environ.get(TOKEN_VAR):
         return environ[TOKEN_VAR].strip(), ""
     if not settings.token_file:
         return "", ""
     try:
-        with open(settings.token_file, "rb") as handle:
-            data = handle.read(MAX_TOKEN + 1)
-    except OSError as exc:
-        return "", f"fleet.token_file {settings.token_file}: {exc.strerror or exc}"
-    if len(data) > MAX_TOKEN:
-        return "", f"fleet.token_file {settings.token_file} is over {MAX_TOKEN} bytes"
+        data = read_regular(settings.token_file, MAX_TOKEN)
+    except FileRefused as exc:
+        return "", f"fleet.token_file {exc}"
     return data.decode("utf-8", "replace").strip(), ""
 
 
@@ -120,11 +121,11 @@ def evaluate(client, flag: str, default: bool, context) -> Evaluation:
     try:
         details = client.get_boolean_details(flag, default, context)
     except Exception as exc:  # a provider that raises past the SDK: the service's fault
-        return Evaluation(Answer.UNREACHABLE, None, f"{type(exc).__name__}: {exc}"[:300])
+        return Evaluation(Answer.UNREACHABLE, None, masked_reason(exc))
     code = details.error_code
     if code is None and isinstance(details.value, bool):
         return Evaluation(Answer.VALUE, details.value)
-    message = (details.error_message or "")[:300]
+    message = masked_text(details.error_message or "")[:300]
     if code == ErrorCode.FLAG_NOT_FOUND:
         return Evaluation(Answer.MISSING, None, message or f"no flag {flag}")
     if code in (ErrorCode.TYPE_MISMATCH, ErrorCode.PARSE_ERROR) or code is None:
@@ -137,13 +138,9 @@ def origin(settings: FleetSettings, flag: str) -> str:
     """The source of a value read from the flag service (the resolution's wording):
     ``fleet (unleash, flag F, environment E)`` or ``fleet (flagd, flag F, file P@sha256:..)``."""
     if settings.provider == "flagd":
-        from dsv41_flags.fleet_providers import flag_file_digest
+        from dsv41_flags.fleet_providers import flag_file_version
 
-        try:
-            digest = flag_file_digest(settings.path)[:19]
-        except (OSError, ValueError):
-            digest = "unreadable"
-        return f"fleet (flagd, flag {flag}, file {settings.path}@{digest})"
+        return f"fleet (flagd, flag {flag}, file {settings.path}@{flag_file_version(settings.path)[:19]})"
     env = f", environment {settings.environment}" if settings.environment else ""
     return f"fleet (unleash, flag {flag}{env})"
 
@@ -198,11 +195,15 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
     problems = list(resolution.problems)
     values = dict(resolution.values)
     strict = resolution.strict
-    connection = connect(settings, key, attributes, environ, settings.boot_timeout_s)
-    try:
-        from dsv41_flags.fleet_providers import unreachable
+    from dsv41_flags.fleet_providers import file_problem, unreachable
 
-        down = connection.problem or unreachable(connection.provider, settings)
+    # a flagd file that is not a regular file (a FIFO would block the provider's read) or is
+    # too large is said at once, without opening a provider on it
+    refused = file_problem(settings)
+    connection = None if refused else connect(settings, key, attributes, environ,
+                                              settings.boot_timeout_s)
+    try:
+        down = refused or connection.problem or unreachable(connection.provider, settings)
         read = 0
         if not down:
             for feature in features:
@@ -230,7 +231,8 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
                    if fatal else "the settings' values are used")),
                 "error" if fatal else "warning"))
     finally:
-        disconnect()
+        if connection is not None:
+            disconnect()
     table = dict(resolution.reserved["FLEET"])
     table["context"] = {"targeting_key": key, "attributes": _plain(attributes)}
     reserved = {**resolution.reserved, "FLEET": table}
@@ -319,7 +321,7 @@ class Watcher:
             try:
                 self.on_change(self.status())
             except Exception as exc:  # a metrics failure never stops the watcher
-                self.log.warning("fleet.metrics_failed", error=f"{type(exc).__name__}: {exc}"[:200])
+                self.log.warning("fleet.metrics_failed", error=masked_reason(exc, 200))
 
     # -- the thread
     def start(self) -> None:
@@ -359,9 +361,9 @@ class Watcher:
                 self._wake.wait(min(backoff, max(0.0, self._due - time.monotonic())))
                 self._wake.clear()
         except Exception as exc:  # the watcher's own failure: said, the server goes on serving
-            self._update(reachable=False, problem=f"{type(exc).__name__}: {exc}"[:300],
+            self._update(reachable=False, problem=masked_reason(exc),
                          unreachable_since=self._status.unreachable_since or now())
-            self.log.error("fleet.failed", error=f"{type(exc).__name__}: {exc}"[:300])
+            self.log.error("fleet.failed", error=masked_reason(exc))
             self._changed()
         finally:
             if connection is not None:
@@ -489,7 +491,7 @@ class Watcher:
         try:
             outcome = self.switch(name, value, requested_by)
         except Exception as exc:  # the route could not be asked: said, retried next read
-            outcome = Outcome(False, row.applied, f"{type(exc).__name__}: {exc}"[:300])
+            outcome = Outcome(False, row.applied, masked_reason(exc))
         if outcome.ok:
             self._interval.pop(name, None)
             self._count("switches")
@@ -515,11 +517,7 @@ class Watcher:
         """Who a fleet switch names: ``unleash:<flag>@<environment>`` (Unleash's client API
         does not say who changed a flag; its event log does) or ``flagd:<file>@sha256:<hex>``."""
         if self.settings.provider == "flagd":
-            from dsv41_flags.fleet_providers import flag_file_digest
+            from dsv41_flags.fleet_providers import flag_file_version
 
-            try:
-                digest = flag_file_digest(self.settings.path)
-            except (OSError, ValueError):
-                digest = "unreadable"
-            return f"flagd:{self.settings.path}@{digest}"[:256]
+            return f"flagd:{self.settings.path}@{flag_file_version(self.settings.path)}"[:256]
         return f"unleash:{flag}@{self.settings.environment or 'default'}"[:256]

@@ -34,8 +34,9 @@ from openfeature.provider import AbstractProvider, Metadata
 from openfeature.provider.no_op_provider import NoOpProvider
 from UnleashClient.cache import BaseCache
 
+from dsv41_flags.files import FileRefused, read_regular
 from dsv41_flags.fleet_settings import FleetSettings
-from dsv41_flags.text import exception_text
+from dsv41_flags.secrecy import masked_reason, masked_text
 
 #: the providers' own loggers: what they log (a traceback of a flag file that does not parse, a
 #: failed fetch) is reported by the watcher as an event (``fleet.refused``, ``fleet.unreachable``)
@@ -125,7 +126,7 @@ class UnleashFleetProvider(AbstractProvider):
         except urllib.error.HTTPError as exc:
             return f"/health answered {exc.code}"
         except Exception as exc:  # URLError, timeout, reset: the service is not reachable
-            return f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:200]
+            return masked_text(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")[:200]
 
     def _context(self, context: EvaluationContext | None) -> dict:
         out: dict[str, Any] = {"environment": self.settings.environment or "default",
@@ -168,13 +169,19 @@ class UnleashFleetProvider(AbstractProvider):
 
 
 def flag_file_digest(path: str) -> str:
-    """``sha256:<hex>`` of the flagd file at ``path`` (at most ``MAX_FLAG_FILE`` bytes). Raises
-    OSError when it cannot be read, ValueError when it is larger."""
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_FLAG_FILE + 1)
-    if len(data) > MAX_FLAG_FILE:
-        raise ValueError(f"{path} is over {MAX_FLAG_FILE} bytes")
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    """``sha256:<hex>`` of the flagd file at ``path``: a regular file of at most
+    ``MAX_FLAG_FILE`` bytes, read without blocking (``files.read_regular``: a FIFO or a device
+    never hangs the caller). Raises ``files.FileRefused`` (an OSError naming the path and why)."""
+    return "sha256:" + hashlib.sha256(read_regular(path, MAX_FLAG_FILE)).hexdigest()
+
+
+def flag_file_version(path: str) -> str:
+    """``flag_file_digest(path)``, or ``"unreadable"`` when the file is refused (what a
+    provenance or a ``requested_by`` names)."""
+    try:
+        return flag_file_digest(path)
+    except FileRefused:
+        return "unreadable"
 
 
 def provider(settings: FleetSettings, token: str) -> AbstractProvider:
@@ -194,10 +201,18 @@ def unreachable(source: AbstractProvider, settings: FleetSettings) -> str:
     ``/health``; for flagd, the file's existence and readability."""
     if isinstance(source, UnleashFleetProvider):
         return source.unreachable()
+    return file_problem(settings)
+
+
+def file_problem(settings: FleetSettings) -> str:
+    """Why the flagd file of ``settings`` cannot be read now (``files.FileRefused``'s words:
+    missing, a FIFO, too large...), ``""`` when it can or the provider is not flagd."""
+    if settings.provider != "flagd":
+        return ""
     try:
         flag_file_digest(settings.path)
-    except (OSError, ValueError) as exc:
-        return f"{settings.path}: {getattr(exc, 'strerror', None) or exc}"
+    except FileRefused as exc:
+        return str(exc)
     return ""
 
 
@@ -225,10 +240,10 @@ def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:
 def _failure(exc: BaseException) -> str:
     """A provider's failure in words, with its cause when it says nothing itself (flagd's
     ``ProviderNotReadyError`` carries the file's ``FileNotFoundError`` as its cause)."""
-    text = exception_text(exc)
+    text = masked_reason(exc)
     cause = exc.__cause__ or exc.__context__
     if not str(exc).strip() and cause is not None:
-        text = f"{type(exc).__name__} ({exception_text(cause)})"
+        text = f"{type(exc).__name__} ({masked_reason(cause)})"
     return text[:300]
 
 

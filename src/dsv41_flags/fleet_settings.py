@@ -16,6 +16,7 @@ loaded: no OpenFeature import, no thread (``FleetSettings`` is then never built)
 from __future__ import annotations
 
 from typing import Any, Literal, Mapping
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -52,19 +53,28 @@ class FleetSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    provider: Literal["unleash", "flagd"]
-    prefix: str = Field("dsv41.", min_length=1, max_length=64)
-    url: str = Field("", max_length=2048)
-    app_name: str = Field("dsv41-flags", min_length=1, max_length=128)
-    environment: str = Field("", max_length=128)
-    token_file: str = Field("", max_length=4096)
-    path: str = Field("", max_length=4096)
-    poll_interval_s: float = Field(5.0, ge=0.1, le=3600)
-    boot_timeout_s: float = Field(5.0, ge=0, le=120)
-    required: bool = False
-    min_switch_interval_s: float = Field(1.0, ge=0, le=3600)
-    instance_id: str = Field("", max_length=256)
-    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    provider: Literal["unleash", "flagd"] = Field(description="unleash or flagd")
+    prefix: str = Field("dsv41.", min_length=1, max_length=64,
+                        description="text of 1 to 64 characters (dsv41.)")
+    url: str = Field("", max_length=2048, description=(
+        "the Unleash client API URL, http(s)://HOST[:PORT]/.../api (http://HOST:4242/api), with no credentials, query "
+        "or fragment (the token goes in DSV41_FLEET_TOKEN or fleet.token_file)"))
+    app_name: str = Field("dsv41-flags", min_length=1, max_length=128,
+                          description="text of 1 to 128 characters")
+    environment: str = Field("", max_length=128, description="text of at most 128 characters")
+    token_file: str = Field("", max_length=4096, description="a path to a regular file")
+    path: str = Field("", max_length=4096, description="a path to a flagd flag definition file (JSON or YAML)")
+    poll_interval_s: float = Field(5.0, ge=0.1, le=3600,
+                                   description="a number of seconds from 0.1 to 3600")
+    boot_timeout_s: float = Field(5.0, ge=0, le=120,
+                                  description="a number of seconds from 0 to 120")
+    required: bool = Field(False, description="true or false")
+    min_switch_interval_s: float = Field(1.0, ge=0, le=3600,
+                                         description="a number of seconds from 0 to 3600")
+    instance_id: str = Field("", max_length=256, description="text of at most 256 characters")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64, description=(
+        "a table of at most 64 text values, names of 1 to 64 characters, values of at most "
+        "256 (labels = { cluster = \"canary\" })"))
 
     @field_validator("labels")
     @classmethod
@@ -74,6 +84,27 @@ class FleetSettings(BaseModel):
                 raise ValueError(f"label {key[:64]!r}: names are 1 to 64 characters, values at "
                                  f"most 256")
         return labels
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        if not url:
+            return url
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            raise ValueError("it is not a URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("it is not an http:// or https:// URL with a host")
+        if "@" in parts.netloc:
+            raise ValueError("credentials in the URL are refused (a secret)")
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ValueError("a query or fragment is refused (a token belongs in "
+                             "DSV41_FLEET_TOKEN or fleet.token_file)")
+        if not parts.path.rstrip("/").endswith("/api"):
+            raise ValueError("its path does not end in /api (Unleash's client API)")
+        return url
 
     def flag(self, feature: str) -> str:
         """The flag that drives ``feature``: ``<prefix><feature>``."""
@@ -116,12 +147,29 @@ def variable_value(field: str, text: str) -> Any:
     return cast(kind, text)
 
 
+def accepted(field: str) -> str:
+    """What ``fleet.<field>`` accepts, in words (its ``Field`` description); ``field`` may be a
+    dotted location (``labels.cluster``)."""
+    info = FleetSettings.model_fields.get(field.split(".")[0])
+    return info.description if info is not None and info.description else "a fleet setting"
+
+
 def problem_text(exc: ValidationError) -> list[tuple[str, str]]:
-    """``[(field, "got X; accepted: ...")]`` for each problem pydantic found in a fleet table."""
+    """``[(field, why)]`` for each problem pydantic found in a fleet table: ``why`` is the
+    reason a validator of ``FleetSettings`` gave (``"it is not a URL"``), or ``""`` when the
+    value is only out of the field's type or bounds (``accepted`` then says it all)."""
     out = []
     for error in exc.errors(include_url=False):
         field = ".".join(str(p) for p in error.get("loc", ())) or "fleet"
-        out.append((field, error.get("msg", "invalid")))
+        why = ""
+        if error.get("type") == "value_error":
+            ctx = error.get("ctx") or {}
+            why = str(ctx.get("error") or error.get("msg", ""))
+        elif error.get("type") == "extra_forbidden":
+            why = "it is not a fleet setting"
+        elif error.get("type") == "missing":
+            why = "it is not set"
+        out.append((field, why))
     return out
 
 

@@ -22,7 +22,7 @@ import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from dsv41_flags.engine import EngineFacts, engine_facts
-from dsv41_flags.text import quoted
+from dsv41_flags.text import exception_text, quoted
 
 #: secret name (parts joined by ``-``) -> why, whatever the engine (see the module docstring)
 CORE_SECRETS: dict[str, str] = {
@@ -135,10 +135,23 @@ _PARAM = re.compile(r"(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/+")
 
 
+#: parts of a URL parameter's name that mark its value a secret in a URL, beyond ``is_secret``:
+#: in a URL a bare ``token``, ``key`` or ``sig`` is a credential (``?token=``, ``?key=``, a
+#: signed URL's ``X-Amz-Signature``), where in a variable they name kernel settings
+URL_SECRET_PARTS = frozenset({"token", "key", "sig", "signature", "auth", "authorization", "code",
+                              "jwt", "pass", "pwd", "session", "credential", "ticket"})
+
+
+def url_parameter_is_secret(name: str, secrets: Mapping[str, str] | None = None) -> bool:
+    """Whether the URL parameter ``name`` (a query, fragment or path parameter) holds a secret:
+    ``is_secret``, or one of its parts (``name_parts``) is in ``URL_SECRET_PARTS``."""
+    return bool(is_secret(name, secrets)) or not URL_SECRET_PARTS.isdisjoint(name_parts(name))
+
+
 def masked_url(url: str, secrets: Mapping[str, str] | None = None) -> str:
     """``url`` as it may be shown: its credentials (the userinfo ``USER:PASSWORD@``, whole) and
-    the value of every path, query or fragment parameter whose name marks a secret
-    (``is_secret``: ``api_key``, ``access_token``, ``password``...) as ``MASK``. Read from the
+    the value of every path, query or fragment parameter whose name marks a secret in a URL
+    (``url_parameter_is_secret``: ``api_key``, ``token``, ``sig``, ``password``...) as ``MASK``. Read from the
     text itself, so a URL that does not parse is masked too, with or without its scheme
     (``u:pw@host:1``, ``http:/u:pw@host``): ``http://u:pw@host:1/;api_key=S?token=T`` ->
     ``http://***@host:1/;api_key=***?token=***``. Anything else is kept as written."""
@@ -151,8 +164,8 @@ def masked_url(url: str, secrets: Mapping[str, str] | None = None) -> str:
     authority, tail = rest[:cut], rest[cut:]
     if "@" in authority:
         authority = MASK + authority[authority.rindex("@"):]
-    tail = _PARAM.sub(lambda m: f"{m['name']}={MASK}" if is_secret(m["name"].lstrip("/"), secrets)
-                      else m[0], tail)
+    tail = _PARAM.sub(lambda m: f"{m['name']}={MASK}" if url_parameter_is_secret(
+        m["name"].lstrip("/"), secrets) else m[0], tail)
     return f"{head}{authority}{tail}"
 
 
@@ -162,6 +175,13 @@ def masked_text(text: str, secrets: Mapping[str, str] | None = None) -> str:
     if "://" not in text:
         return text
     return _URL_IN_TEXT.sub(lambda m: masked_url(m[0], secrets), text)
+
+
+def masked_reason(exc: BaseException, limit: int = 300) -> str:
+    """``exc`` in words as an event or a problem may show it: ``text.exception_text`` with every
+    URL in it masked (``masked_text``: a library's error may quote the URL it fetched, token
+    query included), cut to ``limit`` characters."""
+    return masked_text(exception_text(exc))[:limit]
 
 
 def masked_data(data: Any, secrets: Mapping[str, str] | None = None) -> Any:

@@ -13,6 +13,7 @@ and ``reread`` are imported here for the callers that resolve a launch.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
@@ -22,7 +23,7 @@ from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERV
 from dsv41_flags.errors import Problem, SettingsError
 from dsv41_flags.text import excerpt, quoted, exception_text
 from dsv41_flags.resolution import Resolution, Resolved
-from dsv41_flags.secrecy import MASK, is_secret, secret_names, shown
+from dsv41_flags.secrecy import MASK, is_secret, masked_url, secret_names, shown
 from dsv41_flags.settings_files import (DEFAULT_PROFILE, DYNACONF_ACCEPTED, PROJECT_SETTINGS,  # noqa: F401
                                         dynaconf_key, file_literal, find_settings_files,
                                         local_companion, profiles_in, reread)
@@ -336,15 +337,17 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
 
     from dsv41_flags.fleet_settings import (FIELD_KINDS, TABLE, TOKEN_VAR, VARIABLE_PREFIX,
                                             FleetSettings, problem_text, variable_value)
+    from dsv41_flags.fleet_settings import accepted as fleet_accepted
 
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
     below: dict[Any, Any] = {}  # the table as the layers below gave it (raw values)
     accepted = ", ".join(FIELD_KINDS)
     for entry in settings.entries(TABLE):
-        origin = f"{entry['identifier']} [{entry['env']}]"
+        origin = f"{entry['identifier']} [{entry['env']}.fleet]"
         table = entry.get("value")
         if not isinstance(table, dict):
+            origin = f"{entry['identifier']} [{entry['env']}]"
             problems.append(Problem(TABLE, origin, f"{origin}: fleet = {quoted(table)} must be a "
                                     f"table with {accepted}"))
             continue
@@ -372,11 +375,15 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
         var = VARIABLE_PREFIX + field.upper()
         if var in environ:
             try:
-                merged[field], sources[field] = variable_value(field, environ[var]), f"env {var}"
+                value = variable_value(field, environ[var])
             except CastError as exc:
                 problems.append(Problem(var, f"env {var}", f"{var}={quoted(environ[var])} "
                                         f"(environment variable) is not a valid fleet.{field}; "
                                         f"accepted: {exc.accepted}"))
+                continue
+            if field in ("path", "token_file") and value:
+                value = os.path.abspath(value)  # the launch's working directory, for every process
+            merged[field], sources[field] = value, f"env {var}"
     if not merged and not sources:
         return {}
     try:
@@ -385,36 +392,37 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
         for field, why in problem_text(exc):
             top = field.split(".")[0]
             origin = sources.get(top, "the fleet table")
-            shown_value = quoted(merged[top]) if top in merged else "(not set)"
+            shown_value = _fleet_value_shown(merged, field)
             problems.append(Problem(f"{TABLE}.{field}", origin, (
-                f"fleet.{field} = {shown_value} ({origin}) is not accepted: {why}; accepted: "
-                f"{_fleet_accepted(top)}")))
+                f"fleet.{field} = {shown_value} ({origin}) is not accepted"
+                f"{': ' + why if why else ''}; accepted: {fleet_accepted(top)}")))
         return {}
     missing = {"unleash": "url", "flagd": "path"}[fleet.provider]
     if not getattr(fleet, missing):
-        problems.append(Problem(f"{TABLE}.{missing}", sources.get("provider", "the fleet table"), (
-            f"fleet.provider = {fleet.provider!r} ({sources.get('provider')}) needs fleet.{missing} "
-            f"({'the Unleash client API URL, http://HOST:4242/api' if missing == 'url' else 'the flagd flag definition file'}); "
-            f"it is not set")))
+        set_empty = missing in sources
+        problems.append(Problem(f"{TABLE}.{missing}", sources.get(missing, sources.get("provider", "the fleet table")), (
+            f"fleet.provider = {fleet.provider!r} ({sources.get('provider', 'declared')}) needs fleet.{missing} "
+            f"({fleet_accepted(missing)}); "
+            + (f"it is empty ({sources[missing]})" if set_empty else "it is not set"))))
         return {}
     return {"settings": fleet.model_dump(mode="json"), "sources": sources}
 
 
-def _fleet_accepted(field: str) -> str:
-    """What ``fleet.<field>`` accepts, in words."""
-    from dsv41_flags.fleet_settings import PROVIDERS, FleetSettings
-
-    info = FleetSettings.model_fields.get(field)
-    if field == "provider":
-        return " or ".join(PROVIDERS)
-    if field == "labels":
-        return "a table of text values (labels = { cluster = \"canary\" })"
-    if info is None:
-        return "a fleet setting"
-    bounds = [f"{m.__class__.__name__.lower()} {getattr(m, m.__class__.__name__.lower(), '')}"
-              for m in info.metadata if hasattr(m, m.__class__.__name__.lower())]
-    kind = info.annotation.__name__ if hasattr(info.annotation, "__name__") else str(info.annotation)
-    return kind + (f" ({', '.join(bounds)})" if bounds else "")
+def _fleet_value_shown(merged: Mapping[str, Any], field: str) -> str:
+    """The value at ``field`` (dotted: ``labels.cluster``) of a fleet table as a problem shows
+    it: quoted and bounded, a URL masked (``secrecy.masked_url``), ``(not set)`` when absent.
+    ``fleet.url`` accepts no query or fragment, so a refused one shows each as ``***`` whole: a
+    bare ``#TOKEN`` has no name that ``masked_url`` could read as a secret's."""
+    value: Any = merged
+    for part in field.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return "(not set)"
+        value = value[part]
+    if field == "url" and isinstance(value, str):
+        value = re.sub(r"([?#])[^#]*", rf"\1{MASK}", masked_url(value))
+    elif isinstance(value, str) and "://" in value:
+        value = masked_url(value)
+    return quoted(value)
 
 
 def _feature_origin(feature, features_dir) -> str:

@@ -22,6 +22,9 @@ from dsv41_flags.secrecy import shown
 from dsv41_flags.text import exception_text, quoted
 
 DEFAULT_PROFILE = "default"
+#: the reserved settings written as a table inside a profile (``[default.fleet]``): a top-level
+#: section of that name would be a profile, so it is refused
+PROFILE_TABLES = ("fleet", "fingerprint")
 #: the default settings shipped inside the package (the repository's top-level settings.toml is a
 #: symlink to it): the same file for an editable and a wheel install
 PROJECT_SETTINGS = Path(__file__).resolve().parent / "_data" / "settings.toml"
@@ -199,6 +202,10 @@ def _check_content(data: Mapping[str, Any], path: Path, problem) -> list[Problem
         elif key.lower() in ("global", "dynaconf"):
             problems += problem(f"has a [{key}] section, which Dynaconf treats specially: use "
                                 f"[default] or a profile name")
+        elif key.lower() in PROFILE_TABLES:
+            problems += problem(f"has a top-level [{key}] section, which would be a profile "
+                                f"named {key.lower()!r}, not the {key.lower()} table: write it "
+                                f"as [default.{key.lower()}] (or [<profile>.{key.lower()}])")
     return problems
 
 

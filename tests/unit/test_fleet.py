@@ -86,7 +86,7 @@ def test_the_fleet_table_is_typed_with_each_fields_source(make_runtime, tmp_path
     assert settings.poll_interval_s == 0.2 and settings.min_switch_interval_s == 2.0
     assert type(settings.min_switch_interval_s) is float and settings.labels == {"cluster": "canary"}
     assert settings.required is False and settings.prefix == "dsv41."  # declared defaults
-    origin = f"{tmp_path / 'settings.toml'} [default]"
+    origin = f"{tmp_path / 'settings.toml'} [default.fleet]"
     assert table["sources"] == {field: origin for field in (
         "provider", "path", "poll_interval_s", "boot_timeout_s", "min_switch_interval_s", "labels")}
 
@@ -104,7 +104,7 @@ def test_fleet_variables_override_the_file_with_their_own_source(make_runtime, t
     assert table["sources"]["poll_interval_s"] == "env DSV41_FLEET_POLL_INTERVAL_S"
     assert table["sources"]["labels"] == "env DSV41_FLEET_LABELS"
     assert table["sources"]["required"] == "env DSV41_FLEET_REQUIRED"
-    assert table["sources"]["provider"] == f"{tmp_path / 'settings.toml'} [default]"
+    assert table["sources"]["provider"] == f"{tmp_path / 'settings.toml'} [default.fleet]"
     assert table["context"]["targeting_key"] == "gpu-node-7"
 
 
@@ -128,15 +128,15 @@ def test_a_profiles_fleet_table_overrides_defaults_field_by_field(make_runtime, 
     assert default["settings"]["min_switch_interval_s"] == 1.0
     assert "min_switch_interval_s" not in default["sources"]
     assert tp3["settings"]["min_switch_interval_s"] == 3.0
-    assert tp3["sources"]["min_switch_interval_s"] == f"{settings_file} [tp3]"
+    assert tp3["sources"]["min_switch_interval_s"] == f"{settings_file} [tp3.fleet]"
     assert tp3["settings"]["labels"] == {"cluster": "canary"}
-    assert tp3["sources"]["labels"] == f"{settings_file} [tp3]"
+    assert tp3["sources"]["labels"] == f"{settings_file} [tp3.fleet]"
     # the fields tp3 does not set keep [default]'s value and source
     assert tp3["settings"]["path"] == str(tmp_path / "flags.json")
-    assert tp3["sources"]["provider"] == tp3["sources"]["path"] == f"{settings_file} [default]"
+    assert tp3["sources"]["provider"] == tp3["sources"]["path"] == f"{settings_file} [default.fleet]"
 
 
-ORIGIN = "{file} [default]"
+ORIGIN = "{file} [default.fleet]"
 #: a fleet table with only what it needs
 FLAGD = '[default.fleet]\nprovider = "flagd"\npath = "flags.json"\n'
 
@@ -146,14 +146,14 @@ FLAGD = '[default.fleet]\nprovider = "flagd"\npath = "flags.json"\n'
         "fleet.poll_intervl_s is not a fleet setting", ORIGIN, "accepted: provider, prefix, url",
         "did you mean poll_interval_s?"], id="unknown-field"),
     pytest.param(FLAGD + 'poll_interval_s = "fast"\n', {}, [
-        "fleet.poll_interval_s = 'fast'", f"({ORIGIN})", "valid number",
-        "accepted: float (ge 0.1, le 3600)"], id="wrong-type"),
+        "fleet.poll_interval_s = 'fast'", f"({ORIGIN})",
+        "is not accepted; accepted: a number of seconds from 0.1 to 3600"], id="wrong-type"),
     pytest.param(FLAGD + "poll_interval_s = 0.01\n", {}, [
-        "fleet.poll_interval_s = 0.01", f"({ORIGIN})", "greater than or equal to 0.1",
-        "accepted: float (ge 0.1, le 3600)"], id="below-range"),
+        "fleet.poll_interval_s = 0.01", f"({ORIGIN})",
+        "accepted: a number of seconds from 0.1 to 3600"], id="below-range"),
     pytest.param(FLAGD + "boot_timeout_s = 500\n", {}, [
-        "fleet.boot_timeout_s = 500", f"({ORIGIN})", "less than or equal to 120",
-        "accepted: float (ge 0, le 120)"], id="above-range"),
+        "fleet.boot_timeout_s = 500", f"({ORIGIN})",
+        "accepted: a number of seconds from 0 to 120"], id="above-range"),
     pytest.param('[default.fleet]\nprovider = "launchdarkly"\n', {}, [
         "fleet.provider = 'launchdarkly'", f"({ORIGIN})", "accepted: unleash or flagd"],
         id="unknown-provider"),
@@ -164,10 +164,10 @@ FLAGD = '[default.fleet]\nprovider = "flagd"\npath = "flags.json"\n'
         "fleet.provider = 'flagd'", f"({ORIGIN})", "needs fleet.path",
         "flagd flag definition file"], id="flagd-without-path"),
     pytest.param(FLAGD + 'labels = { cluster = 3 }\n', {}, [
-        "fleet.labels.cluster", "3", f"({ORIGIN})", "valid string",
-        "accepted: a table of text values"], id="label-not-text"),
+        "fleet.labels.cluster = 3", f"({ORIGIN})",
+        "accepted: a table of at most 64 text values"], id="label-not-text"),
     pytest.param('fleet = "flagd"\n', {}, [
-        "fleet = 'flagd' must be a table", ORIGIN], id="not-a-table"),
+        "fleet = 'flagd' must be a table", "{file} [default]"], id="not-a-table"),
     pytest.param("", {"DSV41_FLEET_LABELS": "cluster"}, [
         "DSV41_FLEET_LABELS='cluster' (environment variable) is not a valid fleet.labels",
         "accepted: name=value pairs joined by commas"], id="labels-variable-no-equals"),
@@ -179,8 +179,21 @@ FLAGD = '[default.fleet]\nprovider = "flagd"\npath = "flags.json"\n'
         "fleet.poll_interval_s", "accepted: a finite number"], id="variable-wrong-type"),
     pytest.param(FLEET, {"DSV41_FLEET_POLL_INTERVAL_S": "0"}, [
         "fleet.poll_interval_s = 0.0 (env DSV41_FLEET_POLL_INTERVAL_S)",
-        "greater than or equal to 0.1", "accepted: float (ge 0.1, le 3600)"],
+        "accepted: a number of seconds from 0.1 to 3600"],
         id="variable-out-of-range"),
+    pytest.param('[default.fleet]\nprovider = "unleash"\nurl = "ftp://flags:4242/api"\n', {}, [
+        "fleet.url = 'ftp://flags:4242/api'", f"({ORIGIN})",
+        "is not accepted: it is not an http:// or https:// URL with a host",
+        "accepted: the Unleash client API URL"], id="url-not-http"),
+    pytest.param('[default.fleet]\nprovider = "unleash"\nurl = "http://flags:port/api"\n', {}, [
+        "fleet.url = 'http://flags:port/api'", "it is not a URL"], id="url-bad-port"),
+    pytest.param('[default.fleet]\nprovider = "unleash"\nurl = "http://flags:4242/"\n', {}, [
+        "its path does not end in /api"], id="url-not-api"),
+    pytest.param('[default.fleet]\nprovider = "unleash"\nurl = "http:///api"\n', {}, [
+        "it is not an http:// or https:// URL with a host"], id="url-no-host"),
+    pytest.param('[default.fleet]\nprovider = "flagd"\n', {"DSV41_FLEET_PATH": ""}, [
+        "it is empty (env DSV41_FLEET_PATH)"], id="empty-path-variable"),
+    pytest.param('[fleet]\nprovider = "flagd"\n', {}, ["[default.fleet]"], id="top-level-table"),
     pytest.param(FLEET, {"DSV41_FLEET_PROVIDER": "launchdarkly"}, [
         "DSV41_FLEET_PROVIDER='launchdarkly' (environment variable)", "unleash", "flagd"],
         id="variable-unknown-provider"),
@@ -200,9 +213,97 @@ def test_a_token_in_a_settings_file_is_refused_without_showing_it(make_runtime, 
     with pytest.raises(SettingsError) as exc:
         make_runtime(BASE + FLEET + f'token = "{TOKEN}"\n')
     text = message(exc)
-    assert f"{tmp_path / 'settings.toml'} [default]: fleet.token (***, a secret) is refused" in text
+    assert f"{tmp_path / 'settings.toml'} [default.fleet]: fleet.token (***, a secret) is refused" in text
     assert "accepted: the variable DSV41_FLEET_TOKEN or fleet.token_file" in text
     assert TOKEN not in text and TOKEN not in repr(exc.value.problems)
+
+
+SECRET = "s3cr3t-in-url"
+
+
+@pytest.mark.parametrize("url,env", [
+    pytest.param(f"http://flags:4242/api?token={SECRET}", False, id="query-token-file"),
+    pytest.param(f"http://ops:{SECRET}@flags:4242/api", False, id="userinfo-file"),
+    pytest.param(f"http://flags:4242/api#{SECRET}", False, id="fragment-file"),
+    pytest.param(f"http://flags:4242/api?token={SECRET}", True, id="query-token-variable"),
+    pytest.param(f"http://ops:{SECRET}@flags:4242/api", True, id="userinfo-variable"),
+])
+def test_a_url_with_a_secret_in_it_is_refused_without_showing_it(make_runtime, url, env):
+    table = '[default.fleet]\nprovider = "unleash"\n'
+    variables = {}
+    if env:
+        variables["DSV41_FLEET_URL"] = url
+    else:
+        table += f'url = "{url}"\n'
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + table, env=variables)
+    text = message(exc)
+    assert "fleet.url = " in text and "is not accepted" in text, text
+    assert SECRET not in text and SECRET not in repr(exc.value.problems), text
+
+
+def test_masked_url_hides_a_token_query_and_a_signature():
+    from dsv41_flags.secrecy import masked_url
+    assert masked_url(f"http://h:1/api?token={SECRET}&x=1") == "http://h:1/api?token=***&x=1"
+    assert SECRET not in masked_url(f"https://h/api?X-Amz-Signature={SECRET}")
+    assert masked_url("http://h:1/api?model=tiny") == "http://h:1/api?model=tiny"
+
+
+def _fifo(path):
+    os.mkfifo(path)
+    return path
+
+
+def test_a_fifo_token_file_is_refused_at_once_and_the_launch_goes_on(make_runtime, tmp_path):
+    """Nothing writes the FIFO: a blocking open would hang the launch; it is refused instead."""
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(True)})
+    _fifo(tmp_path / "token")
+    started = time.monotonic()
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + FLEET
+                      + 'token_file = "token"\n', argv=ARGV)
+    assert time.monotonic() - started < 30
+    text = " ".join(p.message for p in rt.resolution.problems)
+    assert "fleet.token_file" in text and "not a regular file" in text, text
+
+
+def test_a_fifo_flag_file_is_said_at_once_without_opening_a_provider(make_runtime, tmp_path):
+    _fifo(tmp_path / "flags.json")
+    before = set(threading.enumerate())
+    started = time.monotonic()
+    rt = make_runtime(BASE + FLEET, argv=ARGV)
+    assert time.monotonic() - started < 30
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert problem.severity == "warning" and "not a regular file" in problem.message, problem
+    assert rt.resolution.values["FOLDED_FENCE"].value is False
+    assert not [t for t in set(threading.enumerate()) - before if "flagd" in t.name.lower()]
+
+
+def test_the_fingerprint_is_the_same_with_fleet_variables_as_with_the_table(make_runtime, tmp_path):
+    """The fleet drives live values, not the program: its table and its DSV41_FLEET_*
+    variables follow one rule, neither moves the launch fingerprint."""
+    write_flags(tmp_path / "flags.json", {})
+    plain = make_runtime(BASE).fingerprint
+    table = make_runtime(BASE + FLEET).fingerprint
+    variables = make_runtime(BASE, env={"DSV41_FLEET_PROVIDER": "flagd",
+                                        "DSV41_FLEET_PATH": str(tmp_path / "flags.json")}).fingerprint
+    assert plain.digest == table.digest == variables.digest
+
+
+def test_status_reads_the_fleet_once_with_the_launchs_targeting_key(tmp_path):
+    """``dsv41-flags status`` with a fleet table reads the flag service, as a launch would, and
+    says where from and with which targeting key (the port of the launch after ``--``)."""
+    (tmp_path / "settings.toml").write_text(BASE.replace("strict = true", "strict = false") + FLEET)
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(True)})
+    env = clean_env(DSV41_SETTINGS=str(tmp_path / "settings.toml"))
+    code = ("import sys; from dsv41_flags.cli import main; "
+            "sys.argv = ['dsv41-flags', 'status', '--json', '--', '--port', '31000']; main()")
+    out = run_code(code, env, tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["fleet"]["targeting_key"].endswith(":31000"), data["fleet"]
+    assert str(tmp_path / "flags.json") in data["fleet"]["where"]
+    row = next(r for r in data["features"] if r["name"] == "folded_fence")
+    assert row["value"] is True and "fleet (flagd" in row["source"], row
 
 
 def test_a_problem_of_the_default_table_is_said_once_in_a_profile(make_runtime, tmp_path):
@@ -212,7 +313,7 @@ def test_a_problem_of_the_default_table_is_said_once_in_a_profile(make_runtime, 
     with pytest.raises(SettingsError) as exc:
         make_runtime(BASE + FLAGD + f'token = "{TOKEN}"\npoll_intervl_s = 1\n'
                      + '[tp3.fleet]\nprefix = "fleet."\n', profile="tp3")
-    origin = f"{tmp_path / 'settings.toml'} [default]"
+    origin = f"{tmp_path / 'settings.toml'} [default.fleet]"
     assert [p.origin for p in exc.value.problems] == [origin, origin], message(exc)
     assert "[tp3]" not in message(exc) and TOKEN not in message(exc)
 
@@ -340,7 +441,7 @@ def test_a_missing_flag_file_warns_and_keeps_the_settings_values(make_runtime, t
     [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
     assert problem.severity == "warning"
     assert f"the flag service (flagd file {tmp_path / 'flags.json'}) could not be read at boot" in problem.message
-    assert "No such file" in problem.message and ": ;" not in problem.message
+    assert "does not exist" in problem.message and ": ;" not in problem.message
     assert problem.message.endswith("the settings' values are used")
     ff = rt.resolution.values["FOLDED_FENCE"]
     assert ff.value is False and ff.source == f"{tmp_path / 'settings.toml'} [default]"
@@ -588,7 +689,7 @@ def test_a_deleted_file_is_unreachable_until_it_is_back(watch):
     time.sleep(0.3)
     status = w.watcher.status()
     assert datetime.fromisoformat(status.unreachable_since).tzinfo is not None
-    assert str(w.path) in status.problem and "No such file" in status.problem
+    assert str(w.path) in status.problem and "does not exist" in status.problem
     assert status.refused == 0 and w.switch.calls == []
     row = w.row("folded_fence")
     assert row.applied is True and row.reason == f"flag service unreachable since {status.unreachable_since}"
@@ -659,3 +760,56 @@ def test_a_forked_child_runs_no_watcher_and_cannot_start_the_parents(tmp_path):
     assert "dsv41-fleet" in out["parent"] and out["status"] == 0
     assert "dsv41-fleet" not in out["child"]["threads"]
     assert out["child"]["start"] == "RuntimeError: a fleet watcher runs only in the process that built it"
+
+
+# ------------------------------------------------------------------ the CLI's words for the fleet
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from dsv41_flags.cli import app
+
+    for key in [k for k in os.environ if k.upper().startswith("DSV41_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args, env=None):
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        return CliRunner().invoke(app, list(args), catch_exceptions=False, prog_name="dsv41-flags")
+    return run
+
+
+def test_explain_shows_the_fleet_as_the_last_layer_of_a_flag(cli, tmp_path):
+    (tmp_path / "settings.toml").write_text(BASE + FLEET)
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": flag(True)})
+    r = cli("explain", "folded_fence", "--json", "-s", str(tmp_path / "settings.toml"))
+    assert r.exit_code == 0, r.output
+    layers = json.loads(r.stdout)["keys"]["FOLDED_FENCE"]["layers"]
+    assert [layer["source"].split(" (")[0] for layer in layers][-1] == "fleet"
+    assert layers[-1]["wins"] and layers[-1]["raw"] is True
+
+
+@pytest.mark.parametrize("key", ["fleet.poll_interval_s", "DSV41_FLEET_POLL_INTERVAL_S"])
+def test_explain_names_a_fleet_settings_source_and_what_it_accepts(cli, tmp_path, key):
+    (tmp_path / "settings.toml").write_text(BASE + FLEET)
+    r = cli("explain", key, "-s", str(tmp_path / "settings.toml"),
+            env={"DSV41_FLEET_POLL_INTERVAL_S": "2"})
+    assert r.exit_code == 0, r.output
+    assert ("fleet.poll_interval_s = 2.0  (from env DSV41_FLEET_POLL_INTERVAL_S); accepted: a "
+            "number of seconds from 0.1 to 3600") in r.stdout, r.stdout
+    r = cli("explain", "fleet", "--json", "-s", str(tmp_path / "settings.toml"),
+            env={"DSV41_FLEET_TOKEN": TOKEN})
+    rows = {row["key"]: row for row in json.loads(r.stdout)["fields"]}
+    assert rows["fleet.path"]["source"] == f"{tmp_path / 'settings.toml'} [default.fleet]"
+    assert rows["fleet.prefix"]["source"] == "declared default"
+    assert TOKEN not in r.stdout
+
+
+def test_fleet_status_help_and_errors_speak_of_its_url_arguments(cli):
+    r = cli("fleet", "status", "--help")
+    assert "URL..." in r.stdout and "<list" not in r.stdout, r.stdout
+    r = cli("fleet", "status", "flags:1")
+    assert r.exit_code == 2
+    assert "URL 'flags:1' is not an http:// URL" in r.stderr and "write http://flags:1" in r.stderr
+    assert "--url" not in r.stderr

@@ -28,7 +28,8 @@ OTHER_MEANING = {
     ("snapshot_schema.py", "missing"): "pydantic's error type for an absent field, not a verdict",
     ("cli/__init__.py", "ok"): "validate's overall answer (ok or invalid), not a verdict",
     ("fleet.py", "missing"): "the flag service has no such flag (fleet.Answer), not a verdict",
-    ("fleet.py", "unreadable"): "a flagd file's digest when it cannot be read, not a verdict",
+    ("fleet_providers.py", "unreadable"): "a flagd file's digest when it cannot be read, not a verdict",
+    ("fleet_settings.py", "missing"): "pydantic's error type for an absent field, not a verdict",
 }
 
 #: where the words stand for a user's own code: feature files are written against the public

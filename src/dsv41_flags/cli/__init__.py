@@ -25,9 +25,10 @@ from dsv41_flags.errors import DeclarationError, FlagsError, SettingsError
 from dsv41_flags.text import quoted
 from dsv41_flags.names import RESERVED, suggest
 from dsv41_flags.fingerprint import compute, masked_argv, prefix_sources
-from dsv41_flags.secrecy import MASK, is_secret, masked_changes, masked_explanation, secret_names
+from dsv41_flags.secrecy import (MASK, is_secret, masked_changes, masked_explanation, masked_url,
+                                 secret_names)
 from dsv41_flags.snapshot import Launch, resolved_to_dict
-from dsv41_flags.assembly import resolve_launch
+from dsv41_flags.assembly import fleet_boot, resolve_launch
 from dsv41_flags.runtime import Runtime
 from dsv41_flags.wire import jsonable
 from dsv41_flags.state import Cell, State, blocks_boot
@@ -115,7 +116,8 @@ class _Command(TyperCommand):
 
 
 def _shown_metavar(param) -> str:
-    return param.metavar or param.name.upper()
+    name = param.metavar or param.name.upper()
+    return f"{name}..." if getattr(param, "nargs", 1) == -1 else name
 
 
 # rich_markup_mode=None: no markup is interpreted ([tp4] stays [tp4]); click re-wraps paragraphs
@@ -243,6 +245,11 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
         return
     features, resolution, fdir = _load(settings, profile, as_json)
     launch = list(ctx.args)
+    fleet = _read_fleet(resolution, features, launch, as_json) if resolution.reserved.get(
+        "FLEET") else None
+    if fleet is not None:
+        resolution = fleet
+        fleet = _fleet_line(resolution)
     fp = compute(resolution, features, launch, os.environ)
     launch = masked_argv(launch, secret_names(resolution))   # as shown: no secret value
     fp_for = (f"for the launch command {' '.join(launch)}" if launch else
@@ -254,6 +261,8 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
             "fingerprint_for": {"argv": launch, "label": fp_for},
             "features": [row.model_dump(mode="json") for row in rows],
             "warnings": [p.message for p in resolution.warnings], "notes": list(resolution.notes)}
+    if fleet is not None:
+        data["fleet"] = fleet
     blockers = _boot_blockers(rows, resolution)
     if as_json:
         emit_json(data)
@@ -261,6 +270,9 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     out.print(f"profile {data['profile']}  fingerprint {fp.digest[:16]}… {fp_for}", highlight=False)
     out.print("settings files: " + (", ".join(data["settings_files"]) or "none (declared defaults)"),
               highlight=False)
+    if fleet is not None:
+        out.print(f"fleet: {fleet['where']}, read once as targeting key "
+                  f"{fleet['targeting_key']}", highlight=False)
     for row in rows:
         ok = "; ".join(([f"missing: {'; '.join(row.missing)}"] if row.missing else []) +
                        ([f"undecided: {'; '.join(row.undecided)}"] if row.undecided else [])) \
@@ -281,6 +293,23 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     if blockers:
         _print_blockers(blockers)
         raise typer.Exit(1)
+
+
+def _read_fleet(resolution, features, launch, as_json):
+    """``resolution`` with the flag service's values read once, as the launch command ``launch``
+    would read them at boot (``assembly.fleet_boot``: its port in the targeting key). Exits 1
+    (``_fail``) when that makes a settings error (``fleet.required`` in strict mode)."""
+    resolution = fleet_boot(resolution, features, launch, os.environ)
+    if resolution.errors:
+        _fail(SettingsError(list(resolution.errors)), as_json)
+    return resolution
+
+
+def _fleet_line(resolution) -> dict:
+    """What ``status`` says of the fleet it read: ``where`` (no secret) and ``targeting_key``."""
+    context = resolution.reserved["FLEET"].get("context", {})
+    return {"where": _fleet_where(resolution),
+            "targeting_key": context.get("targeting_key", "")}
 
 
 def _feature_rows(features, resolution, fdir, fp, *, armed_only: bool = False) -> list[FeatureStatus]:
@@ -348,7 +377,7 @@ fleet_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
 app.add_typer(fleet_app, name="fleet")
 
 
-@fleet_app.command("status", short_help="Every server's fleet values against what it runs.")
+@fleet_app.command("status", cls=_Command, short_help="Every server's fleet values against what it runs.")
 def fleet_status(urls: List[str] = typer.Argument(..., metavar="URL",
                                                   help="running engine servers, http://HOST:PORT"),
                  as_json: bool = JsonOpt, api_key: Optional[str] = ApiKeyOpt,
@@ -434,6 +463,13 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
     features, resolution, _ = _load(settings, profile, as_json, allow_problems=True)
     wanted = key.strip().upper().removeprefix("DSV41_")
     feature = next((f for f in features if wanted == f.flag or wanted in f.keys()), None)
+    field = _fleet_field(wanted)
+    if field is not None:
+        _explain_fleet(resolution, field, as_json)
+        return
+    if feature is not None and resolution.reserved.get("FLEET"):
+        # the fleet is the last layer: read once, as status and a boot read it
+        resolution = fleet_boot(resolution, features, [], os.environ)
     if feature is not None:
         keys = feature.keys()
         shown = [wanted] if wanted != feature.flag else list(keys)
@@ -518,6 +554,81 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
             out.print(f"    {i + 1}. {layer['source']}: {layer['raw']!r}{mark}", highlight=False)
     if bad:
         raise typer.Exit(1)
+
+
+def _fleet_field(wanted: str) -> str | None:
+    """The fleet setting ``wanted`` names (upper case, ``DSV41_`` cut): ``""`` for the whole
+    table (``FLEET``), a field for ``FLEET.URL``, ``FLEET_URL`` or ``FLEET.LABELS.CLUSTER``
+    (``labels``), None for any other key."""
+    from dsv41_flags.fleet_settings import TABLE, FleetSettings
+
+    if wanted == TABLE:
+        return ""
+    for sep in (".", "_"):
+        if wanted.startswith(TABLE + sep):
+            rest = wanted[len(TABLE) + 1:].lower()
+            for name in FleetSettings.model_fields:
+                if rest == name or rest.startswith(name + "."):
+                    return name
+            if rest == "token":
+                return "token"
+    return None
+
+
+def _explain_fleet(resolution, field: str, as_json: bool) -> None:
+    """``explain fleet`` / ``explain fleet.FIELD``: each fleet setting's value (a URL masked,
+    the token never), where it comes from (a settings file's ``[PROFILE.fleet]``, a
+    ``DSV41_FLEET_*`` variable, or the declared default) and what it accepts. Exit 1 on a
+    problem of a shown field."""
+    from dsv41_flags.fleet_settings import TOKEN_VAR, FleetSettings, accepted
+
+    table = resolution.reserved.get("FLEET") or {}
+    values, sources = table.get("settings", {}), table.get("sources", {})
+    names = [field] if field else list(FleetSettings.model_fields)
+    rows = []
+    for name in names:
+        if name == "token":
+            rows.append({"key": "fleet.token", "value": MASK if os.environ.get(TOKEN_VAR) else None,
+                         "source": f"env {TOKEN_VAR}" if os.environ.get(TOKEN_VAR) else "(not set)",
+                         "accepted": f"a secret: only the variable {TOKEN_VAR} or fleet.token_file"})
+            continue
+        info = FleetSettings.model_fields[name]
+        value = values.get(name, None if info.is_required() else
+                           info.get_default(call_default_factory=True))
+        if name == "url" and value:
+            value = masked_url(value)
+        rows.append({"key": f"fleet.{name}", "value": value,
+                     "source": sources.get(name, "declared default" if table else "(no fleet table)"),
+                     "accepted": accepted(name)})
+    problems = [p for p in resolution.problems if p.key == "FLEET" or p.key.startswith("FLEET.")]
+    if field:
+        problems = [p for p in problems if f"fleet.{field}" in p.message] or problems
+    bad = [p for p in problems if p.severity == "error"]
+    data = {"reserved": "FLEET", "table": bool(table), "where": "" if not table else
+            _fleet_where(resolution), "fields": rows, "problems": [p.message for p in problems]}
+    if as_json:
+        emit_json(data)
+        raise typer.Exit(1 if bad else 0)
+    if not table:
+        out.print("fleet: no fleet table ([PROFILE.fleet] in a settings file or DSV41_FLEET_* "
+                  "variables): no flag service is read (docs/fleet.md)", highlight=False)
+    else:
+        out.print(f"fleet: {data['where']}; precedence of a flag: declared default < settings "
+                  "file < profile < DSV41_* variable < fleet (docs/fleet.md)", highlight=False)
+    for row in rows:
+        out.print(f"  {row['key']} = {row['value']!r}  (from {row['source']}); accepted: "
+                  f"{row['accepted']}", highlight=False)
+    for p in bad:
+        err.print(f"error: {p.message}", style="red", highlight=False)
+    if bad:
+        raise typer.Exit(1)
+
+
+def _fleet_where(resolution) -> str:
+    from dsv41_flags.fleet import configured
+
+    settings = configured(resolution)
+    return settings.where() if settings is not None else ""
 
 
 def _kind_of(option) -> tuple:

@@ -157,11 +157,13 @@ def _fail(error: str, as_json: bool, emit_json: Callable[[Any], None], code: int
     raise typer.Exit(code)
 
 
-def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], None] | None = None) -> str:
+def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], None] | None = None,
+              *, option: str = "--url") -> str:
     """``url`` as it will be used: an ``http://`` or ``https://`` URL of a server, with a host, an
     optional port in 1..65535 and an optional path, no query, fragment, user, space or control
     character. Anything else exits 2 (a usage error: nothing is sent), with a JSON answer under
-    ``--json``; a bare ``HOST:PORT`` is answered with the URL to write instead."""
+    ``--json``; a bare ``HOST:PORT`` is answered with the URL to write instead. ``option`` names
+    where the URL was given in the message (``--url``, or ``URL`` for a positional argument)."""
     from urllib.parse import urlsplit
 
     why = ""
@@ -186,9 +188,11 @@ def check_url(url: str, err, as_json: bool = False, emit_json: Callable[[Any], N
         why = f"it cannot be parsed ({exc})"
     if why:
         plain = "://" not in url and url.replace(".", "").replace(":", "").isalnum()
-        hint = f"; write --url http://{url}" if plain else "; write --url http://HOST:PORT"
-        message = (f"--url {quoted(masked_url(url))} is not an http:// URL of the engine server: "
-                   f"{why}{hint}")
+        written = "" if option == "URL" else f"{option} "
+        hint = (f"; write {written}http://{url}" if plain
+                else f"; write {written}http://HOST:PORT")
+        message = (f"{option} {quoted(masked_url(url))} is not an http:// URL of the engine "
+                   f"server: {why}{hint}")
         if as_json and emit_json is not None:
             emit_json({"ok": False, "error": message})
         else:
@@ -344,7 +348,7 @@ def fleet_status(urls: list[str], as_json: bool, emit_json: Callable[[Any], None
 
     servers = []
     for url in urls:
-        url = check_url(url, err, as_json, emit_json)
+        url = check_url(url, err, as_json, emit_json, option="URL")
         data, error = _call(lambda: adapter().remote_status(url, api_key=api_key,
                                                             timeout_s=timeout_s), api_key)
         fleet = None
@@ -367,7 +371,7 @@ def fleet_status(urls: list[str], as_json: bool, emit_json: Callable[[Any], None
             raise typer.Exit(1)
         return
     table = Table()
-    for column in ("server", "instance", "feature", "fleet", "applied", "", "why"):
+    for column in ("server", "instance", "feature", "fleet", "applied", "agreement", "why"):
         table.add_column(column, overflow="fold")
     for url, fleet, error in servers:
         shown = safe_text(masked_url(url))
