@@ -51,24 +51,30 @@ def enabled() -> bool:
         return False
 
 
-def _gauges(rt, force: bool = False) -> dict[str, Any] | None:
-    gauges = rt.live.transport.get("metrics")
-    if gauges is None:
+def _metric_set(rt, key: str, make, force: bool = False) -> dict[str, Any] | None:
+    """The metric objects of ``key`` in this process (kept in ``rt.live.transport[key]``, made
+    once by ``make(prometheus_client)``), or None when sglang's metrics are off here (``force``:
+    make them all the same) or prometheus_client is not installed. The one place a metric of
+    this module is created: prometheus_client refuses a second registration of one name."""
+    metrics = rt.live.transport.get(key)
+    if metrics is None:
         if not (force or enabled()):
             return None
         try:
-            from prometheus_client import Gauge
+            import prometheus_client
         except ImportError:
             return None
-        gauges = rt.live.transport["metrics"] = {
-            "state": Gauge(STATE_METRIC, "dsv41_flags feature state on a scheduler rank "
-                           "(1: the current state)", ("feature", *RANK_LABELS, "state"),
-                           multiprocess_mode="livemax"),
-            "generation": Gauge(GENERATION_METRIC, "dsv41_flags live generation on a scheduler "
-                                "rank", RANK_LABELS, multiprocess_mode="livemax"),
-            "seen": {},
-        }
-    return gauges
+        metrics = rt.live.transport[key] = make(prometheus_client)
+    return metrics
+
+
+def _rank_gauges(prom) -> dict[str, Any]:
+    return {"state": prom.Gauge(STATE_METRIC, "dsv41_flags feature state on a scheduler rank "
+                                "(1: the current state)", ("feature", *RANK_LABELS, "state"),
+                                multiprocess_mode="livemax"),
+            "generation": prom.Gauge(GENERATION_METRIC, "dsv41_flags live generation on a "
+                                     "scheduler rank", RANK_LABELS, multiprocess_mode="livemax"),
+            "seen": {}}
 
 
 def update(rt, ranks: dict | None = None, *, force: bool = False) -> bool:
@@ -76,7 +82,7 @@ def update(rt, ranks: dict | None = None, *, force: bool = False) -> bool:
     the runtime's process context); ``force``: write even when sglang's metrics are not enabled
     here (``PROMETHEUS_MULTIPROC_DIR`` must still be set before prometheus_client is imported).
     Returns False when nothing is written (metrics off)."""
-    gauges = _gauges(rt, force)
+    gauges = _metric_set(rt, "metrics", _rank_gauges, force)
     if gauges is None:
         return False
     fields = {**rt.context.as_fields(), **(ranks or {})}
@@ -123,24 +129,21 @@ def update_process(rt) -> bool:
     becomes a peer, at each of its state changes (``state_listeners``)
     and at each status request, so a process whose metrics were not enabled yet at the first
     call writes them at the next. Returns False when sglang's metrics are off here."""
-    gauges = rt.live.transport.get("process_metrics")
+    gauges = _metric_set(rt, "process_metrics", _process_gauges)
     if gauges is None:
-        if not enabled():
-            return False
-        try:
-            from prometheus_client import Gauge
-        except ImportError:
-            return False
-        gauges = rt.live.transport["process_metrics"] = {
-            "state": Gauge(PROCESS_STATE_METRIC, "dsv41_flags feature state in a process outside "
-                           "the scheduler ranks (1: the current state)",
-                           ("feature", "role", "state"), multiprocess_mode="liveall"),
-            "generation": Gauge(PROCESS_GENERATION_METRIC, "dsv41_flags live generation in a "
-                                "process outside the scheduler ranks", ("role",),
-                                multiprocess_mode="liveall"),
-            "seen": {}}
+        return False
     _write_states(rt, gauges, {"role": str(rt.context.fields.get("role") or "process")})
     return True
+
+
+def _process_gauges(prom) -> dict[str, Any]:
+    return {"state": prom.Gauge(PROCESS_STATE_METRIC, "dsv41_flags feature state in a process "
+                                "outside the scheduler ranks (1: the current state)",
+                                ("feature", "role", "state"), multiprocess_mode="liveall"),
+            "generation": prom.Gauge(PROCESS_GENERATION_METRIC, "dsv41_flags live generation in "
+                                     "a process outside the scheduler ranks", ("role",),
+                                     multiprocess_mode="liveall"),
+            "seen": {}}
 
 
 def update_process_safely(rt) -> None:
@@ -157,6 +160,19 @@ FLEET_REFUSED_METRIC = "dsv41_flags_fleet_refused"
 FLEET_REACHABLE_METRIC = "dsv41_flags_fleet_reachable"
 
 
+def _fleet_metrics(prom) -> dict[str, Any]:
+    return dict(
+        value=prom.Gauge(FLEET_VALUE_METRIC, "dsv41_flags: the flag service's value for a "
+                         "feature on this server (1 on, 0 off, -1 none)", ("feature",),
+                         multiprocess_mode="livemax"),
+        applied=prom.Gauge(FLEET_APPLIED_METRIC, "dsv41_flags: the feature's value in effect on "
+                           "this server (1 on, 0 off)", ("feature",), multiprocess_mode="livemax"),
+        reachable=prom.Gauge(FLEET_REACHABLE_METRIC, "dsv41_flags: 1 when the flag service "
+                             "could be read at the last try", multiprocess_mode="livemax"),
+        refused=prom.Counter(FLEET_REFUSED_METRIC, "dsv41_flags: fleet changes refused"),
+        counted=[0])
+
+
 def update_fleet(rt, status) -> bool:
     """Write the fleet's samples of this server (``status``: a ``status.FleetStatus``; the
     metric objects are kept in ``rt.live.transport["fleet_metrics"]``), from the
@@ -168,31 +184,16 @@ def update_fleet(rt, status) -> bool:
     - ``dsv41_flags_fleet_refused_total``: fleet changes refused (a counter).
 
     Returns False when sglang's metrics are off."""
-    _fleet_metrics = rt.live.transport.get("fleet_metrics")
-    if _fleet_metrics is None and not enabled():
+    metrics = _metric_set(rt, "fleet_metrics", _fleet_metrics)
+    if metrics is None:
         return False
-    try:
-        from prometheus_client import Counter, Gauge
-    except ImportError:
-        return False
-    if _fleet_metrics is None:
-        _fleet_metrics = rt.live.transport["fleet_metrics"] = dict(
-            value=Gauge(FLEET_VALUE_METRIC, "dsv41_flags: the flag service's value for a feature "
-                        "on this server (1 on, 0 off, -1 none)", ("feature",),
-                        multiprocess_mode="livemax"),
-            applied=Gauge(FLEET_APPLIED_METRIC, "dsv41_flags: the feature's value in effect on "
-                          "this server (1 on, 0 off)", ("feature",), multiprocess_mode="livemax"),
-            reachable=Gauge(FLEET_REACHABLE_METRIC, "dsv41_flags: 1 when the flag service could "
-                            "be read at the last try", multiprocess_mode="livemax"),
-            refused=Counter(FLEET_REFUSED_METRIC, "dsv41_flags: fleet changes refused"),
-            counted=[0])
     for row in status.features:
-        _fleet_metrics["value"].labels(feature=row.feature).set(
+        metrics["value"].labels(feature=row.feature).set(
             -1 if row.fleet_value is None else int(row.fleet_value))
-        _fleet_metrics["applied"].labels(feature=row.feature).set(int(bool(row.applied)))
-    _fleet_metrics["reachable"].set(int(status.reachable))
-    new = status.refused - _fleet_metrics["counted"][0]
+        metrics["applied"].labels(feature=row.feature).set(int(bool(row.applied)))
+    metrics["reachable"].set(int(status.reachable))
+    new = status.refused - metrics["counted"][0]
     if new > 0:
-        _fleet_metrics["refused"].inc(new)
-        _fleet_metrics["counted"][0] = status.refused
+        metrics["refused"].inc(new)
+        metrics["counted"][0] = status.refused
     return True
