@@ -195,7 +195,7 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
     problems = list(resolution.problems)
     values = dict(resolution.values)
     strict = resolution.strict
-    from dsv41_flags.fleet_providers import file_problem, unreachable
+    from dsv41_flags.fleet_providers import file_problem, refusal, unreachable
 
     # a flagd file that is not a regular file (a FIFO would block the provider's read) or is
     # too large is said at once, without opening a provider on it
@@ -203,7 +203,8 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
     connection = None if refused else connect(settings, key, attributes, environ,
                                               settings.boot_timeout_s)
     try:
-        down = refused or connection.problem or unreachable(connection.provider, settings)
+        down = (refused or connection.problem or unreachable(connection.provider, settings)
+                or refusal(connection.provider))
         read = 0
         if not down:
             for feature in features:
@@ -398,10 +399,14 @@ class Watcher:
 
     def _read(self, connection: Connection) -> bool:
         """Read every flag once and act on the changes; False when the service could not be read."""
-        from dsv41_flags.fleet_providers import unreachable
+        from dsv41_flags.fleet_providers import refusal, unreachable
 
         down = unreachable(connection.provider, self.settings)
         refused_file, self._refusal_new = self._refusal_new, ""
+        held = refusal(connection.provider)   # a provider that says it without an event
+        if held == "":
+            self._refusal = ""
+        refused_file = refused_file or held or ""
         if down:  # the provider's error then says the same (flagd: no file): unreachable only
             self._unreachable(down)
             return False

@@ -50,6 +50,40 @@ DOMAIN = "dsv41_flags.fleet"
 PROBE_TIMEOUT_S = 2.0
 #: the largest flagd file read for its digest (bytes); a larger one is refused
 MAX_FLAG_FILE = 4 << 20
+#: the largest answer of the Unleash server read (decoded bytes); a larger one is refused
+MAX_UNLEASH_ANSWER = 4 << 20
+#: the path of Unleash's client API that answers the flag definitions
+FEATURES_PATH = "/client/features"
+
+
+class AnswerTooLarge(ValueError):
+    """An answer of the flag service over its cap: refused before it is read whole."""
+
+
+class CappedBody:
+    """``requests.Response.raw`` (a urllib3 response, read by ``requests`` through ``stream``)
+    cut off at ``limit`` decoded bytes: past it the connection is closed, ``on_refused(text)`` is
+    called and ``AnswerTooLarge`` raised; the whole body read calls ``on_read()``. Everything
+    else is the wrapped response's."""
+
+    def __init__(self, raw: Any, limit: int, on_read, on_refused) -> None:
+        self._raw, self._limit = raw, limit
+        self._on_read, self._on_refused = on_read, on_refused
+
+    def stream(self, amt: int = 2 ** 16, decode_content: bool | None = None):
+        seen = 0
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            seen += len(chunk)
+            if seen > self._limit:
+                self._raw.close()
+                text = f"its answer is larger than {self._limit >> 20} MiB"
+                self._on_refused(text)
+                raise AnswerTooLarge(text)
+            yield chunk
+        self._on_read()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
 
 
 class MemoryCache(BaseCache):
@@ -104,7 +138,38 @@ class UnleashFleetProvider(AbstractProvider):
             metrics_interval=60, disable_metrics=True,
             custom_headers={"Authorization": token} if token else {},
             request_timeout=max(1, round(min(settings.boot_timeout_s or 5, 10))),
-            request_retries=0, cache=MemoryCache(), verbose_log_level=10)
+            request_retries=0, cache=MemoryCache(), verbose_log_level=10,
+            # requests' public streaming and response hooks: an answer is read through
+            # CappedBody, never whole past MAX_UNLEASH_ANSWER
+            custom_options={"stream": True, "hooks": {"response": [self._capped]}})
+        self._refusal = ""
+
+    def _capped(self, response: Any, *_args: Any, **_kwargs: Any) -> Any:
+        """requests' response hook: refuse an answer whose ``Content-Length`` is over
+        ``MAX_UNLEASH_ANSWER`` at once, and read any other through ``CappedBody``. Only the
+        flag definitions' answer (``FEATURES_PATH``) moves ``refusal()``."""
+        features = FEATURES_PATH in (response.url or "")
+
+        def read() -> None:
+            if features:
+                self._refusal = ""
+
+        def refused(text: str) -> None:
+            if features:
+                self._refusal = text
+        length = response.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > MAX_UNLEASH_ANSWER:
+            response.close()
+            text = f"its answer is larger than {MAX_UNLEASH_ANSWER >> 20} MiB ({int(length)} bytes)"
+            refused(text)
+            raise AnswerTooLarge(text)
+        response.raw = CappedBody(response.raw, MAX_UNLEASH_ANSWER, read, refused)
+        return response
+
+    def refusal(self) -> str:
+        """Why the server's last answer of flag definitions was refused (too large: the flags
+        read before it stay), ``""`` when it was taken."""
+        return self._refusal
 
     def get_metadata(self) -> Metadata:
         return Metadata(name="dsv41_flags unleash")
@@ -202,6 +267,12 @@ def unreachable(source: AbstractProvider, settings: FleetSettings) -> str:
     if isinstance(source, UnleashFleetProvider):
         return source.unreachable()
     return file_problem(settings)
+
+
+def refusal(source: AbstractProvider) -> str | None:
+    """Why the provider refused the flag service's last answer, ``""`` when it took it, or None
+    for a provider that says so through OpenFeature's ``PROVIDER_ERROR`` event instead (flagd)."""
+    return source.refusal() if isinstance(source, UnleashFleetProvider) else None
 
 
 def file_problem(settings: FleetSettings) -> str:

@@ -263,3 +263,27 @@ def test_constraint_and_variant_shapes():
         constraint("n", "NUM_GT", ["1", "2"])
     assert variant("v", {"a": 1})["payload"] == {"type": "json", "value": '{"a": 1}'}
     assert variant("v", "x", weight=500)["weightType"] == "fix"
+
+
+@pytest.mark.services
+def test_the_frameworks_provider_reads_a_real_unleash_through_its_answer_cap(unleash_service):
+    """``fleet_providers.UnleashFleetProvider`` (streamed, capped answers: ``CappedBody``) reads
+    the real server's flag definitions, and sees a change after one poll."""
+    from dsv41_flags.fleet_providers import UnleashFleetProvider
+    from dsv41_flags.fleet_settings import FleetSettings
+
+    unleash_service.create_flag("dsv41.capped", type="kill-switch")
+    unleash_service.set_enabled("dsv41.capped", "development", True)
+    settings = FleetSettings(provider="unleash", url=unleash_service.url, poll_interval_s=1,
+                             environment="development")
+    provider = UnleashFleetProvider(settings, unleash_service.client_token("development"))
+    provider.initialize()
+    try:
+        wait_until(lambda: provider.resolve_boolean_details("dsv41.capped", False).value,
+                   "the provider reads the flag on")
+        assert provider.refusal() == "" and provider.unreachable() == ""
+        unleash_service.set_enabled("dsv41.capped", "development", False)
+        wait_until(lambda: not provider.resolve_boolean_details("dsv41.capped", True).value,
+                   "the provider reads the flag off")
+    finally:
+        provider.shutdown()

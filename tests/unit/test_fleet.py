@@ -813,3 +813,134 @@ def test_fleet_status_help_and_errors_speak_of_its_url_arguments(cli):
     assert r.exit_code == 2
     assert "URL 'flags:1' is not an http:// URL" in r.stderr and "write http://flags:1" in r.stderr
     assert "--url" not in r.stderr
+
+
+# ------------------------------------------------------------------ a hostile Unleash answer
+class _Unleash:
+    """A loopback HTTP server that answers as Unleash's client API would (``/health``,
+    ``/api/client/register``, ``/api/client/features``), with ``self.body`` as the features
+    answer: bytes sent with a Content-Length, or an iterable of chunks sent chunked."""
+
+    def __init__(self):
+        import http.server
+
+        outer = self
+        self.body = b""
+        self.features_calls = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, body=b"{}"):
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._send(202)
+
+            def do_GET(self):
+                if self.path.startswith("/health"):
+                    return self._send(200, b'{"health": "GOOD"}')
+                if not self.path.startswith("/api/client/features"):
+                    return self._send(404)
+                outer.features_calls += 1
+                body = outer.body
+                if isinstance(body, bytes):
+                    return self._send(200, body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for chunk in body:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _features(on: bool) -> bytes:
+    return json.dumps({"version": 1, "features": [{
+        "name": "dsv41.folded_fence", "enabled": on, "strategies": [{"name": "default"}]}]}).encode()
+
+
+def _huge_chunks(total=6 << 20, size=1 << 16):
+    """A features answer that never ends as JSON, larger than the cap, sent chunked."""
+    yield b'{"version": 1, "features": ["'
+    for _ in range(total // size):
+        yield b"x" * size
+
+
+@pytest.fixture
+def unleash():
+    server = _Unleash()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("kind", ["content-length", "chunked"])
+def test_a_huge_unleash_answer_is_refused_at_boot_and_the_settings_stand(make_runtime, unleash,
+                                                                          kind):
+    unleash.body = b"[" * (5 << 20) if kind == "content-length" else _huge_chunks()
+    table = (f'[default.fleet]\nprovider = "unleash"\nurl = "{unleash.url}"\n'
+             'boot_timeout_s = 5\npoll_interval_s = 1\n')
+    started = time.monotonic()
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + table, argv=ARGV)
+    assert time.monotonic() - started < 30
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert "its answer is larger than 4 MiB" in problem.message, problem.message
+    assert problem.message.endswith("the settings' values are used")
+    assert rt.resolution.values["FOLDED_FENCE"].value is False
+
+
+def test_an_unleash_answer_under_the_cap_is_read(make_runtime, unleash):
+    unleash.body = _features(True)
+    table = (f'[default.fleet]\nprovider = "unleash"\nurl = "{unleash.url}"\n'
+             'boot_timeout_s = 5\npoll_interval_s = 1\n')
+    rt = make_runtime(BASE + table, argv=ARGV)
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    assert ff.value is True and ff.source.startswith("fleet (unleash"), ff
+
+
+def test_a_huge_unleash_answer_while_serving_is_refused_once_and_nothing_changes(unleash):
+    """Unleash answers well, then past the cap (chunked), then well again with a change: the
+    huge answer is refused once and counted, the values read before stay, the change applies."""
+    unleash.body = _features(False)
+    settings = FleetSettings(provider="unleash", url=unleash.url, poll_interval_s=1,
+                             min_switch_interval_s=0.0, boot_timeout_s=5)
+    switch, log = Switches(None), CapturingLogger()
+    watcher = fleet.Watcher(settings, {"targeting_key": "test-server:31000"}, FEATURES,
+                            {"folded_fence": False, "autotune_keep": False}, switch, log,
+                            environ={"DSV41_FLEET_TOKEN": TOKEN})
+    watcher.start()
+    try:
+        wait_for(lambda: watcher.status().last_read, "the watcher's first read", timeout=15)
+        calls = unleash.features_calls
+        unleash.body = list(_huge_chunks())
+        wait_for(lambda: watcher.status().refused, "the refusal", timeout=15)
+        wait_for(lambda: unleash.features_calls >= calls + 3, "two more reads", timeout=15)
+        status = watcher.status()
+        assert status.refused == 1 and switch.calls == [], status
+        assert "its answer is larger than 4 MiB" in status.problem and status.reachable
+        unleash.body = _features(True)
+        wait_for(lambda: switch.calls, "the switch after a good answer", timeout=15)
+        assert switch.made() == [("folded_fence", True)]
+        wait_for(lambda: watcher.status().problem == "", "the refusal cleared", timeout=15)
+    finally:
+        watcher.stop()
