@@ -143,12 +143,19 @@ class UnleashFleetProvider(AbstractProvider):
             # CappedBody, never whole past MAX_UNLEASH_ANSWER
             custom_options={"stream": True, "hooks": {"response": [self._capped]}})
         self._refusal = ""
+        self._denied = ""
 
     def _capped(self, response: Any, *_args: Any, **_kwargs: Any) -> Any:
         """requests' response hook: refuse an answer whose ``Content-Length`` is over
         ``MAX_UNLEASH_ANSWER`` at once, and read any other through ``CappedBody``. Only the
         flag definitions' answer (``FEATURES_PATH``) moves ``refusal()``."""
         features = FEATURES_PATH in (response.url or "")
+        if features and response.status_code in (401, 403):
+            self._denied = (f"it answered {response.status_code} to the token: "
+                            "DSV41_FLEET_TOKEN or fleet.token_file is missing, wrong, or a token "
+                            "of another environment or project")
+        elif features and response.status_code in (200, 304):
+            self._denied = ""
 
         def read() -> None:
             if features:
@@ -182,8 +189,11 @@ class UnleashFleetProvider(AbstractProvider):
             self.client.destroy()
 
     def unreachable(self) -> str:
-        """Why the server cannot be reached now (``""`` when ``GET <url>/../health`` answers
-        200 within ``PROBE_TIMEOUT_S``)."""
+        """Why the server cannot be read now: it refused the token at the last read of the flag
+        definitions (401 or 403), or ``GET <url>/../health`` does not answer 200 within
+        ``PROBE_TIMEOUT_S``; ``""`` when it can."""
+        if self._denied:
+            return self._denied
         root = self.base[:-4] if self.base.endswith("/api") else self.base
         try:
             with urllib.request.urlopen(root + "/health", timeout=PROBE_TIMEOUT_S) as reply:

@@ -827,6 +827,7 @@ class _Unleash:
         outer = self
         self.body = b""
         self.features_calls = 0
+        self.features_status = 200
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -851,6 +852,8 @@ class _Unleash:
                 if not self.path.startswith("/api/client/features"):
                     return self._send(404)
                 outer.features_calls += 1
+                if outer.features_status != 200:
+                    return self._send(outer.features_status, b'{"error": "unauthorized"}')
                 body = outer.body
                 if isinstance(body, bytes):
                     return self._send(200, body)
@@ -944,3 +947,16 @@ def test_a_huge_unleash_answer_while_serving_is_refused_once_and_nothing_changes
         wait_for(lambda: watcher.status().problem == "", "the refusal cleared", timeout=15)
     finally:
         watcher.stop()
+
+
+def test_a_token_unleash_refuses_is_said_not_read_as_no_flags(make_runtime, unleash):
+    """A wrong token makes Unleash answer 401: the launch says the token was refused (a warning,
+    the settings' values), never that every flag is absent; the token itself is never shown."""
+    unleash.body, unleash.features_status = _features(True), 401
+    table = (f'[default.fleet]\nprovider = "unleash"\nurl = "{unleash.url}"\n'
+             'boot_timeout_s = 5\npoll_interval_s = 1\n')
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + table,
+                      env={"DSV41_FLEET_TOKEN": TOKEN}, argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert "it answered 401 to the token" in problem.message, problem.message
+    assert TOKEN not in problem.message and rt.resolution.values["FOLDED_FENCE"].value is False
