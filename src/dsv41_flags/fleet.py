@@ -51,8 +51,8 @@ class Answer(enum.StrEnum):
     """What the flag service answered for one flag."""
 
     VALUE = "value"              # a boolean
-    MISSING = "missing"          # the service has no such flag: the settings' value stands
-    WRONG_TYPE = "wrong type"    # not a boolean: refused
+    MISSING = "missing"          # no such flag, or disabled there: the settings' value stands
+    INVALID = "invalid"          # not a boolean, or its definition cannot be resolved: refused
     UNREACHABLE = "unreachable"  # the service could not be read
 
 
@@ -115,23 +115,47 @@ def targeting(settings: FleetSettings, facts: Mapping[str, Any], *, profile: str
 
 
 def evaluate(client, flag: str, default: bool, context) -> Evaluation:
-    """One flag through the OpenFeature ``client`` (``get_boolean_details``) for ``context``."""
+    """One flag through the OpenFeature ``client`` (``get_boolean_details``) for ``context``.
+
+    ``MISSING``: the service has no such flag (``FLAG_NOT_FOUND``) or holds it disabled (reason
+    ``DISABLED``: flagd's ``state: DISABLED``; the value it gives is only the caller's default).
+    ``INVALID``: a value that is not a boolean, or a definition the provider cannot resolve for
+    this flag (``GENERAL``, ``INVALID_CONTEXT``, ``TARGETING_KEY_MISSING``: a ``defaultVariant``
+    naming no variant, say), the message naming the flag. ``UNREACHABLE``: the provider is not
+    ready or failed (``PROVIDER_NOT_READY``, ``PROVIDER_FATAL``), or raised."""
     from openfeature.exception import ErrorCode
+    from openfeature.flag_evaluation import Reason
 
     try:
         details = client.get_boolean_details(flag, default, context)
     except Exception as exc:  # a provider that raises past the SDK: the service's fault
         return Evaluation(Answer.UNREACHABLE, None, masked_reason(exc))
     code = details.error_code
+    if code is None and details.reason == Reason.DISABLED:
+        return Evaluation(Answer.MISSING, None, f"flag {flag} is disabled in the flag service")
     if code is None and isinstance(details.value, bool):
         return Evaluation(Answer.VALUE, details.value)
     message = masked_text(details.error_message or "")[:300]
     if code == ErrorCode.FLAG_NOT_FOUND:
         return Evaluation(Answer.MISSING, None, message or f"no flag {flag}")
     if code in (ErrorCode.TYPE_MISMATCH, ErrorCode.PARSE_ERROR) or code is None:
-        return Evaluation(Answer.WRONG_TYPE, None,
+        return Evaluation(Answer.INVALID, None,
                           f"flag {flag} is not a boolean{': ' + message if message else ''}")
-    return Evaluation(Answer.UNREACHABLE, None, f"{code.value}: {message}" if message else code.value)
+    if code in (ErrorCode.PROVIDER_NOT_READY, ErrorCode.PROVIDER_FATAL):
+        return Evaluation(Answer.UNREACHABLE, None,
+                          f"{code.value}: {message}" if message else code.value)
+    return Evaluation(Answer.INVALID, None, f"flag {flag} cannot be resolved ({code.value}"
+                      f"{': ' + message if message else ''})")
+
+
+def _yaml_hint(settings: FleetSettings, ev: Evaluation) -> str:
+    """A hint for a YAML flagd file whose variant does not resolve: YAML 1.1 reads an unquoted
+    ``on``/``off``/``yes``/``no`` as a boolean, so ``variants: {on: true}`` names no variant
+    ``on``."""
+    if settings.provider == "flagd" and settings.path.endswith((".yaml", ".yml")) and \
+            "variant" in ev.problem:
+        return " (in YAML, quote the variant names: 'on': true, 'off': false; unquoted they are booleans)"
+    return ""
 
 
 def origin(settings: FleetSettings, flag: str) -> str:
@@ -215,10 +239,11 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
                 if ev.answer == Answer.UNREACHABLE:
                     down = ev.problem
                     break
-                if ev.answer == Answer.WRONG_TYPE:
+                if ev.answer == Answer.INVALID:
                     problems.append(Problem(feature.flag, f"fleet flag {flag}", (
                         f"{settings.where()}: {ev.problem}; refused, the settings' value stands; "
-                        f"accepted: a boolean flag"), "error" if strict else "warning"))
+                        f"accepted: a boolean flag whose definition resolves{_yaml_hint(settings, ev)}"),
+                        "error" if strict else "warning"))
                 elif ev.answer == Answer.VALUE and known is not None:
                     read += 1
                     source = origin(settings, flag)
@@ -452,11 +477,12 @@ class Watcher:
     def _act(self, name: str, ev: Evaluation) -> bool:
         """Act on one flag's answer; True when its row changed."""
         row = self._rows[name]
-        if ev.answer == Answer.WRONG_TYPE:
-            if row.reason != ev.problem:
+        if ev.answer == Answer.INVALID:
+            problem = (ev.problem + _yaml_hint(self.settings, ev))[:300]
+            if row.reason != problem:
                 self._count("refused")
-                self.log.warning("fleet.refused", feature=name, flag=row.flag, reason=ev.problem)
-                self._row(name, reason=ev.problem)
+                self.log.warning("fleet.refused", feature=name, flag=row.flag, reason=problem)
+                self._row(name, reason=problem)
                 return True
             return False
         if ev.answer == Answer.MISSING:

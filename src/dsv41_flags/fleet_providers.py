@@ -36,7 +36,7 @@ from UnleashClient.cache import BaseCache
 
 from dsv41_flags.files import FileRefused, read_regular
 from dsv41_flags.fleet_settings import FleetSettings
-from dsv41_flags.secrecy import masked_reason, masked_text
+from dsv41_flags.secrecy import masked_reason, masked_text, masked_url
 
 #: the providers' own loggers: what they log (a traceback of a flag file that does not parse, a
 #: failed fetch) is reported by the watcher as an event (``fleet.refused``, ``fleet.unreachable``)
@@ -154,6 +154,9 @@ class UnleashFleetProvider(AbstractProvider):
             self._denied = (f"it answered {response.status_code} to the token: "
                             "DSV41_FLEET_TOKEN or fleet.token_file is missing, wrong, or a token "
                             "of another environment or project")
+        elif features and response.status_code == 404:
+            self._denied = (f"{masked_url(self.base)}{FEATURES_PATH} answered 404: is fleet.url "
+                            "Unleash's client API (http://HOST:4242/api)?")
         elif features and response.status_code in (200, 304):
             self._denied = ""
 
@@ -197,9 +200,10 @@ class UnleashFleetProvider(AbstractProvider):
         root = self.base[:-4] if self.base.endswith("/api") else self.base
         try:
             with urllib.request.urlopen(root + "/health", timeout=PROBE_TIMEOUT_S) as reply:
-                return "" if reply.status == 200 else f"/health answered {reply.status}"
+                return "" if reply.status == 200 else \
+                    f"{masked_url(root)}/health answered {reply.status}"
         except urllib.error.HTTPError as exc:
-            return f"/health answered {exc.code}"
+            return f"{masked_url(root)}/health answered {exc.code}"
         except Exception as exc:  # URLError, timeout, reset: the service is not reachable
             return masked_text(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")[:200]
 

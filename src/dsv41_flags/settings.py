@@ -391,7 +391,8 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
     except ValidationError as exc:
         for field, why in problem_text(exc):
             top = field.split(".")[0]
-            origin = sources.get(top, "the fleet table")
+            # a field not set (provider) is blamed on where the table was written
+            origin = sources.get(top) or next(iter(sources.values()), "the fleet table")
             shown_value = _fleet_value_shown(merged, field)
             problems.append(Problem(f"{TABLE}.{field}", origin, (
                 f"fleet.{field} = {shown_value} ({origin}) is not accepted"

@@ -960,3 +960,56 @@ def test_a_token_unleash_refuses_is_said_not_read_as_no_flags(make_runtime, unle
     [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
     assert "it answered 401 to the token" in problem.message, problem.message
     assert TOKEN not in problem.message and rt.resolution.values["FOLDED_FENCE"].value is False
+
+
+# ------------------------------------------------------------------ flags the service holds but cannot give
+def test_a_disabled_flagd_flag_leaves_the_settings_to_decide(make_runtime, tmp_path):
+    """flagd's ``state: DISABLED`` gives back the caller's default: never a fleet value."""
+    disabled = {**flag(True), "state": "DISABLED"}
+    write_flags(tmp_path / "flags.json", {"dsv41.folded_fence": disabled})
+    rt = make_runtime(BASE + FLEET, env={"DSV41_FOLDED_FENCE": "1"}, argv=ARGV)
+    ff = rt.resolution.values["FOLDED_FENCE"]
+    assert ff.value is True and ff.source == "env DSV41_FOLDED_FENCE", ff
+    assert not [p for p in rt.resolution.problems if p.key in ("FLEET", "FOLDED_FENCE")]
+
+
+def test_a_flag_whose_definition_does_not_resolve_is_refused_by_name(make_runtime, tmp_path):
+    """A ``defaultVariant`` naming no variant is that flag's problem, not the service's: the
+    other flags are still read."""
+    write_flags(tmp_path / "flags.json", {
+        "dsv41.folded_fence": {**flag(True), "defaultVariant": "of"},
+        "dsv41.autotune_keep": flag(True)})
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + FLEET, argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FOLDED_FENCE"]
+    assert "flag dsv41.folded_fence cannot be resolved" in problem.message, problem.message
+    assert not [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert rt.resolution.values["AUTOTUNE_KEEP"].value is True
+
+
+def test_unquoted_yaml_variants_get_a_hint(make_runtime, tmp_path):
+    (tmp_path / "flags.yaml").write_text(
+        "flags:\n  dsv41.folded_fence:\n    state: ENABLED\n    variants: {on: true, off: false}\n"
+        "    defaultVariant: \"on\"\n")
+    rt = make_runtime(BASE.replace("strict = true", "strict = false")
+                      + FLEET.replace("flags.json", "flags.yaml"), argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FOLDED_FENCE"]
+    assert "in YAML, quote the variant names" in problem.message, problem.message
+
+
+def test_validate_reads_the_fleet_as_a_boot_would(cli, tmp_path):
+    (tmp_path / "settings.toml").write_text(BASE + FLEET + "required = true\n")
+    r = cli("validate", "--json", "-s", str(tmp_path / "settings.toml"))
+    assert r.exit_code == 1, r.output
+    [problem] = json.loads(r.stdout)["problems"]
+    assert "could not be read at boot" in problem["message"] and problem["severity"] == "error"
+
+
+def test_explain_refuses_an_unknown_fleet_field_and_says_an_invalid_table(cli, tmp_path):
+    (tmp_path / "settings.toml").write_text(BASE + FLEET)
+    r = cli("explain", "fleet.pth", "-s", str(tmp_path / "settings.toml"))
+    assert r.exit_code == 1 and "fleet.pth is not a fleet setting" in r.stderr
+    assert "did you mean path?" in r.stderr
+    (tmp_path / "settings.toml").write_text(BASE + FLEET + 'required = "yes"\n')
+    r = cli("explain", "fleet", "-s", str(tmp_path / "settings.toml"))
+    assert r.exit_code == 1 and "the fleet table is invalid" in r.stdout, r.output
+    assert "fleet.required = 'yes'" in r.stderr

@@ -273,11 +273,12 @@ def status(ctx: typer.Context, settings: Optional[List[Path]] = SettingsOpt,
     if fleet is not None:
         out.print(f"fleet: {fleet['where']}, read once as targeting key "
                   f"{fleet['targeting_key']}", highlight=False)
+    width = max([16] + [len(row.name) for row in rows])
     for row in rows:
         ok = "; ".join(([f"missing: {'; '.join(row.missing)}"] if row.missing else []) +
                        ([f"undecided: {'; '.join(row.undecided)}"] if row.undecided else [])) \
             or (Presence.OK if row.target_found else "no source")
-        out.print(f"  {row.name:<16} {row.state:<14} {str(row.value):<6} "
+        out.print(f"  {row.name:<{width}} {row.state:<14} {str(row.value):<6} "
                   f"{'live' if row.live else 'boot':<5} from {row.source}", highlight=False)
         for name, o in row.options.items():
             out.print(f"      option {name} = {o.value!r}  from {o.source}", highlight=False)
@@ -400,6 +401,9 @@ def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str
     [tp4] is caught while validating [default]; for each profile, the features it arms are checked
     for drift against the installed engine's source, as status does.
 
+    A profile with a fleet table reads its flag service once, as its boot would (bounded by
+    fleet.boot_timeout_s), so the flag service's problems and values count too.
+
     Lists every problem at once, each with its profile: settings errors, and in strict mode a
     drifted armed feature (a boot of that profile would stop). Exit 1 on any error."""
     try:
@@ -411,6 +415,10 @@ def validate(settings: Optional[List[Path]] = SettingsOpt, profile: Optional[str
     for name, res in [(resolution.profile, resolution)] + [(p, None) for p in others]:
         try:
             res = res or resolve_launch(settings, name)[1]
+            if res.reserved.get("FLEET") and not res.errors:
+                # the flag service read once, as that profile's boot would (a required one
+                # that cannot be read stops a strict boot; its values decide what is armed)
+                res = fleet_boot(res, features, [], os.environ)
             found = list(res.problems) + _drift_problems(features, res, fdir)
         except SettingsError as exc:
             found = exc.problems
@@ -463,7 +471,10 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
     features, resolution, _ = _load(settings, profile, as_json, allow_problems=True)
     wanted = key.strip().upper().removeprefix("DSV41_")
     feature = next((f for f in features if wanted == f.flag or wanted in f.keys()), None)
-    field = _fleet_field(wanted)
+    try:
+        field = _fleet_field(wanted)
+    except FlagsError as exc:
+        _fail(exc, as_json)
     if field is not None:
         _explain_fleet(resolution, field, as_json)
         return
@@ -564,14 +575,16 @@ def _fleet_field(wanted: str) -> str | None:
 
     if wanted == TABLE:
         return ""
+    names = [*FleetSettings.model_fields, "token"]
     for sep in (".", "_"):
         if wanted.startswith(TABLE + sep):
             rest = wanted[len(TABLE) + 1:].lower()
-            for name in FleetSettings.model_fields:
+            for name in names:
                 if rest == name or rest.startswith(name + "."):
                     return name
-            if rest == "token":
-                return "token"
+            if sep == ".":   # fleet.X names the table: an unknown field is said as such
+                raise FlagsError(f"fleet.{rest} is not a fleet setting; accepted: "
+                                 f"{', '.join(names)}" + suggest(rest, names))
     return None
 
 
@@ -584,9 +597,14 @@ def _explain_fleet(resolution, field: str, as_json: bool) -> None:
 
     table = resolution.reserved.get("FLEET") or {}
     values, sources = table.get("settings", {}), table.get("sources", {})
-    names = [field] if field else list(FleetSettings.model_fields)
+    names = [field] if field else [*FleetSettings.model_fields, "token"]
+    problems = [p for p in resolution.problems if p.key == "FLEET" or p.key.startswith("FLEET.")
+                or p.key.startswith("DSV41_FLEET_")]
+    if field:
+        problems = [p for p in problems if f"fleet.{field}" in p.message] or problems
+    bad = [p for p in problems if p.severity == "error"]
     rows = []
-    for name in names:
+    for name in names if table or not bad else ():   # an invalid table: its errors alone
         if name == "token":
             rows.append({"key": "fleet.token", "value": MASK if os.environ.get(TOKEN_VAR) else None,
                          "source": f"env {TOKEN_VAR}" if os.environ.get(TOKEN_VAR) else "(not set)",
@@ -600,16 +618,15 @@ def _explain_fleet(resolution, field: str, as_json: bool) -> None:
         rows.append({"key": f"fleet.{name}", "value": value,
                      "source": sources.get(name, "declared default" if table else "(no fleet table)"),
                      "accepted": accepted(name)})
-    problems = [p for p in resolution.problems if p.key == "FLEET" or p.key.startswith("FLEET.")]
-    if field:
-        problems = [p for p in problems if f"fleet.{field}" in p.message] or problems
-    bad = [p for p in problems if p.severity == "error"]
     data = {"reserved": "FLEET", "table": bool(table), "where": "" if not table else
             _fleet_where(resolution), "fields": rows, "problems": [p.message for p in problems]}
     if as_json:
         emit_json(data)
         raise typer.Exit(1 if bad else 0)
-    if not table:
+    if not table and bad:
+        out.print("fleet: the fleet table is invalid (a boot stops on it; errors below): no "
+                  "value of it is in effect", highlight=False)
+    elif not table:
         out.print("fleet: no fleet table ([PROFILE.fleet] in a settings file or DSV41_FLEET_* "
                   "variables): no flag service is read (docs/fleet.md)", highlight=False)
     else:

@@ -240,7 +240,9 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
         for p in answer.processes:
             out.print(f"  {safe_text(p.role) or 'process'} pid {p.pid}: " + (
                 f"generation {p.generation}" if p.ok else f"NOT APPLIED: {safe_text(p.reason)}"))
-        out.print("an override until the next launch: settings files decide at boot")
+        out.print("an override until the next launch (at boot the settings files decide, and "
+                  "the flag service on a server with a fleet table), or on such a server until "
+                  "the feature's flag next changes there")
     else:
         err.print(f"error: {answer.error}", style="red")
     failed = [p for p in answer.processes if not p.ok] if isinstance(answer, Applied) else []

@@ -22,6 +22,7 @@ from typing import Any
 
 from dsv41_flags.errors import SwitchError
 from dsv41_flags.fleet import Outcome, Watcher, configured
+from dsv41_flags.secrecy import masked_reason
 from dsv41_flags.status import FleetStatus
 
 #: seconds one switch through the route may take (the route's own deadline is shorter)
@@ -106,10 +107,17 @@ def start(rt, module, set_path: str) -> bool:
         rt.live.transport["fleet_lock"] = lock
         watcher.start()
     except Exception as exc:  # the flag service is an addition: the server serves without it
-        rt.log.error("fleet.failed", error=f"{type(exc).__name__}: {exc}"[:300],
+        rt.log.error("fleet.failed", error=masked_reason(exc),
                      what="the flag service does not drive this server; its launch values stay")
         return False
     return True
+
+
+#: why a feature's value in effect differs from its fleet value when the watcher did not say:
+#: a switch from outside the flag service (``dsv41-flags set``), which stands until the flag
+#: next changes (docs/fleet.md)
+OVERRIDDEN = ("overridden: switched outside the flag service (dsv41-flags set); the flag's next "
+              "change in the service applies")
 
 
 def status_of(rt) -> FleetStatus | None:
@@ -119,11 +127,13 @@ def status_of(rt) -> FleetStatus | None:
         return None
     status = watcher.status()
     applied = {name: rt.value(feature) for name, feature in rt.features.items()}
-    rows = tuple(row.replace(applied=applied.get(row.feature, row.applied),
-                             agrees=row.fleet_value is None
-                             or row.fleet_value == applied.get(row.feature, row.applied))
-                 for row in status.features)
-    return status.replace(features=rows)
+    rows = []
+    for row in status.features:
+        value = applied.get(row.feature, row.applied)
+        agrees = row.fleet_value is None or row.fleet_value == value
+        reason = row.reason or ("" if agrees else OVERRIDDEN)
+        rows.append(row.replace(applied=value, agrees=agrees, reason=reason))
+    return status.replace(features=tuple(rows))
 
 
 def _metrics(rt):
