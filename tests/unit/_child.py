@@ -82,10 +82,12 @@ def write_project(directory: Path, feature: str, source: str, settings: str | No
 
 def make_project(directory: Path, feature: str, source: str, settings: str, **kw) -> types.SimpleNamespace:
     """``write_project`` plus ``env``: a clean environment naming the settings file
-    (``DSV41_SETTINGS``), the target's directory on ``PYTHONPATH``, and JSON log lines."""
+    (``DSV41_SETTINGS``), the target's directory first on ``PYTHONPATH`` (then the caller's: a
+    worktree's package, as the test's own), and JSON log lines."""
     project = write_project(directory, feature, source, settings, **kw)
-    project.env = clean_env(DSV41_SETTINGS=str(project.settings), PYTHONPATH=str(directory),
-                            DSV41_LOG_FORMAT="json")
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    project.env = clean_env(DSV41_SETTINGS=str(project.settings), DSV41_LOG_FORMAT="json",
+                            PYTHONPATH=os.pathsep.join([str(directory)] + inherited))
     return project
 
 

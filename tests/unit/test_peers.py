@@ -5,6 +5,7 @@ the child's patched call changes after the switch. A process that is gone, a dir
 private and a topology the plugin cannot enter each say so."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -188,3 +189,143 @@ def test_a_socket_no_process_listens_on_is_removed_at_once(short_tmp):
     s.bind(str(stale))
     s.close()                                                # bound, never listening
     assert peers.peer_sockets(os.getpid() + 1) == [] and not stale.exists()
+
+
+# ---------------------------------------------------------------- the order (peers.switch_launch)
+# ``http.switch_groups`` and ``rpc.switch_engine`` both run ``switch_launch``; here the ranks are
+# the order's three callables (answers shaped as ``rpc.scheduler_set``'s), the peers are real:
+# this process, the child detokenizer and, where a branch needs one, a scripted peer socket.
+REQUEST = {"name": "demo_patch", "value": "on", "requested_by": "test"}
+
+
+class Ranks:
+    """The ranks' side of one switch, as the callables see it: ``calls`` records each step."""
+
+    def __init__(self, groups: int = 1, apply_ok: bool = True) -> None:
+        self.groups, self.apply_ok, self.calls = groups, apply_ok, []
+
+    def check(self) -> dict:
+        self.calls.append(("check",))
+        return {"ok": True, "request_id": "c-1", "groups": self.groups,
+                "ranks": [{"generation": 0}] * self.groups}
+
+    def apply(self, generation: int) -> dict:
+        self.calls.append(("apply", generation))
+        if not self.apply_ok:
+            return {"ok": False, "request_id": "r-7", "groups": self.groups,
+                    "error": "switch rolled back on every rank: tp0: boom",
+                    "ranks": [{"generation": generation}] * self.groups}
+        return {"ok": True, "request_id": "r-7", "groups": self.groups, "generation": 1,
+                "ranks": [{"generation": 1}] * self.groups}
+
+    def rollback(self, request_id: str) -> dict:
+        self.calls.append(("rollback", request_id))
+        return {"ok": True, "ranks": [{"undone": True, "generation": 0}]}
+
+    def run(self, rt) -> dict:
+        return peers.switch_launch(rt, REQUEST, check=self.check, apply_ranks=self.apply,
+                                   rollback_ranks=self.rollback)
+
+
+@pytest.fixture
+def scripted(launch):
+    """``start(answers)``: a peer socket of the launch that answers each phase with
+    ``answers[phase]``; yields ``start``, stops the peer afterwards."""
+    import threading
+
+    import zmq
+
+    rt, _ = launch
+    stop = threading.Event()
+    threads = []
+
+    def start(answers: dict) -> str:
+        path = peers.launch_directory(rt.launch_pid, create=True) / f"scripted-{os.getppid()}"
+        server = zmq.Context.instance().socket(zmq.REP)
+        server.setsockopt(zmq.LINGER, 0)
+        server.bind(f"ipc://{path}")
+
+        def serve():
+            try:
+                while not stop.is_set():
+                    if server.poll(50):
+                        phase = json.loads(server.recv())["phase"]
+                        server.send(json.dumps(answers[phase]).encode())
+            finally:
+                server.close()
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        threads.append(thread)
+        return f"scripted pid {os.getppid()}"
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+
+
+def test_the_order_applies_on_the_ranks_then_every_peer_with_the_ranks_request_id(launch):
+    rt, proc = launch
+    ranks = Ranks()
+    answer = ranks.run(rt)
+    assert ranks.calls == [("check",), ("apply", 0)] and answer["ok"] is True
+    assert [(p["role"], p["generation"], p["changed"]) for p in answer["processes"]] == [
+        ("launcher", 1, True), ("detokenizer", 1, True)]
+    assert child_call(proc) == "patched n=4" and rt.live.history[-1].request_id == "r-7"
+
+
+def test_a_peer_that_refuses_refuses_the_switch_before_any_rank_applies_it(launch, scripted):
+    rt, proc = launch
+    who = scripted({"check": {"ok": False, "reason": "not today"}})
+    ranks = Ranks()
+    answer = ranks.run(rt)
+    assert ranks.calls == [("check",)] and answer["ok"] is False
+    assert answer["error"] == (f"switch demo_patch='on' refused before any rank applied it: "
+                               f"{who}: not today")
+    assert [p["ok"] for p in answer["processes"]] == [True, True, False]
+    assert child_call(proc) == "stock" and rt.live.generation == 0
+
+
+def test_a_peer_on_another_generation_refuses_the_switch_and_nothing_changes(launch, scripted):
+    rt, proc = launch
+    who = scripted({"check": {"ok": True, "generation": 3}})
+    ranks = Ranks()
+    answer = ranks.run(rt)
+    assert ranks.calls == [("check",)] and answer["ok"] is False
+    assert answer["error"] == (f"switch demo_patch='on' refused, nothing changed: the ranks are "
+                               f"on generation 0, {who} on 3")
+    assert child_call(proc) == "stock" and rt.live.generation == 0
+
+
+def test_a_peer_that_fails_to_apply_rolls_back_every_rank_and_every_peer(launch, scripted):
+    rt, proc = launch
+    who = scripted({"check": {"ok": True, "generation": 0},
+                    "apply": {"ok": False, "reason": "cannot here"},
+                    "rollback": {"ok": True, "undone": False}})
+    ranks = Ranks()
+    answer = ranks.run(rt)
+    assert ranks.calls == [("check",), ("apply", 0), ("rollback", "r-7")]
+    assert answer["ok"] is False and answer["rolled_back"] == [{"undone": True, "generation": 0}]
+    assert answer["error"] == f"{who}: cannot here; every process that applied it rolled back"
+    assert [p["ok"] for p in answer["processes"]] == [True, True, False]     # they had applied it
+    assert child_call(proc) == "stock" and rt.live.generation == 0 and not rt.live.history
+
+
+def test_a_group_that_fails_to_apply_rolls_back_the_other_groups_and_no_peer_applies(launch):
+    rt, proc = launch
+    ranks = Ranks(groups=2, apply_ok=False)
+    answer = ranks.run(rt)
+    assert ranks.calls == [("check",), ("apply", 0), ("rollback", "r-7")]
+    assert answer["error"].endswith("tp0: boom; every process that applied it rolled back")
+    alone = Ranks(groups=1, apply_ok=False)     # one group: its ranks rolled back together
+    assert alone.run(rt)["error"] == "switch rolled back on every rank: tp0: boom"
+    assert alone.calls == [("check",), ("apply", 0)]
+    assert child_call(proc) == "stock" and rt.live.generation == 0
+
+
+def test_the_ranks_refusal_is_the_answer_and_no_peer_is_asked(launch):
+    rt, proc = launch
+    refusal = {"ok": False, "error": "switch demo_patch='on' refused", "ranks": []}
+    answer = peers.switch_launch(rt, REQUEST, check=lambda: refusal,
+                                 apply_ranks=pytest.fail, rollback_ranks=pytest.fail)
+    assert answer is refusal and "processes" not in answer

@@ -50,6 +50,8 @@ SET_PATH = "/dsv41_flags/set"
 STATUS_PATH = "/dsv41_flags/status"
 #: largest request body the set route reads (bytes)
 MAX_BODY = 4096
+#: seconds the switch's worker thread waits for a call on the event loop beyond its own deadline
+BRIDGE_SLACK_S = 5.0
 #: the fields a set request may carry
 SET_FIELDS = ("name", "value", "requested_by", "request_id")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,%d}" % MAX_REQUEST_ID)
@@ -173,48 +175,44 @@ def _merge(answers: list[dict]) -> dict:
 
 async def switch_groups(client: ControlClient, tm, fields: dict, timeout_s: float, rt,
                         tokenizer_workers: int = 1) -> dict:
-    """A switch on every process of the launch (``peers``): every scheduler group votes, then
-    this HTTP process and every peer; the groups apply expecting one generation, then every peer
-    applies it. A process that refuses or does not answer refuses the switch before
-    any rank applies it; a group or a peer that fails to apply makes every group and peer that
-    applied it roll back. Returns the merged answer, with ``processes``: each process outside
-    the schedulers, with its role and applied state."""
+    """A switch on every process of the launch, in ``peers.switch_launch``'s order (run in a
+    worker thread), reaching every scheduler group through ``client`` on this event loop: the
+    groups vote, then this HTTP process and every peer; the groups apply it expecting the one
+    generation they voted on (``request_id`` ``fields["request_id"]``, one made up when empty),
+    then every peer. A process that refuses or does not answer refuses the switch before any rank
+    applies it; a group or a peer that fails to apply makes every group and peer that applied it
+    roll back. Returns the groups' answers merged (``_merge``), with ``processes``: each process
+    outside the schedulers, with its role and applied state. Raises SwitchError when not every
+    group answered within ``timeout_s`` seconds."""
     import asyncio
 
     import dsv41_flags.engines.sglang.peers as peers
 
+    loop = asyncio.get_running_loop()
     params = {"name": fields["name"], "value": fields["value"],
               "requested_by": fields["requested_by"]}
-    check = _merge((await client.call(tm, SET_METHOD, timeout_s, phase="check", **params))["answers"])
-    if not check["ok"]:
-        return check
-    votes, refusal = await asyncio.to_thread(peers.vote, rt, params, tokenizer_workers)
-    check["processes"] = votes
-    if refusal:
-        return {**check, "ok": False, "error": refusal}
-    generations = sorted({r.get("generation") for r in check["ranks"]})
-    apart = (f"the data-parallel groups are on different generations {generations}"
-             if len(generations) > 1 else peers.behind(votes, generations[0]))
-    if apart:
-        return {**check, "ok": False, "error": (
-            f"switch {fields['name']}={fields['value']!r} refused, nothing changed: {apart}")}
-    # applied even when every rank has that value already: each rank then records the request
-    # (feature.toggle_unchanged) and keeps its generation
-    done = await client.call(tm, SET_METHOD, timeout_s, phase="both",
-                             expect_generation=generations[0], request_id=fields["request_id"],
-                             **params)
-    applied = _merge(done["answers"])
-    failure = None
-    if applied["ok"]:
-        generation = max(r.get("generation") or 0 for r in applied["ranks"])
-        applied["processes"], failure = await asyncio.to_thread(
-            peers.apply, rt, params, generation, fields["request_id"])
-    if applied["ok"] and failure is None or not applied["ok"] and len(done["answers"]) == 1:
-        return applied
-    undo = await client.call(tm, SET_METHOD, timeout_s, phase="rollback", undo=done["request_id"],
-                             **params)
-    return {**applied, "ok": False, "rolled_back": _merge(undo["answers"])["ranks"],
-            "error": f"{failure or applied.get('error')}; every process that applied it rolled back"}
+
+    def groups(**extra: Any) -> dict:
+        """Every group's answer to ``SET_METHOD`` with ``params`` and ``extra``, merged; called
+        from the worker thread, sent on the loop. Raises SwitchError past ``ControlClient.call``'s
+        deadline plus ``BRIDGE_SLACK_S`` (a loop that stopped never runs the call)."""
+        future = asyncio.run_coroutine_threadsafe(
+            client.call(tm, SET_METHOD, timeout_s, **extra, **params), loop)
+        try:
+            done = future.result(timeout_s + BRIDGE_SLACK_S)
+        except TimeoutError:
+            future.cancel()
+            raise SwitchError(f"{SET_METHOD}: no answer within {timeout_s + BRIDGE_SLACK_S:g} s "
+                              f"(the server stopping?); the request may still be applied: check "
+                              f"with dsv41-flags status --url") from None
+        return _merge(done["answers"])
+
+    return await asyncio.to_thread(
+        peers.switch_launch, rt, params, tokenizer_workers=tokenizer_workers,
+        check=lambda: groups(phase="check"),
+        apply_ranks=lambda generation: groups(phase="both", expect_generation=generation,
+                                              request_id=fields["request_id"]),
+        rollback_ranks=lambda request_id: groups(phase="rollback", undo=request_id))
 
 
 def install_http_routes(rt, module) -> None:

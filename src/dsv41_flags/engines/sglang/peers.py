@@ -10,14 +10,16 @@ socket ``ipc://<launch directory>/<role>-<pid>``. The launch directory is privat
 launch's pid, which every process of the launch knows (``Runtime.launch_pid``, ``DSV41_LAUNCH``).
 The HTTP process finds the peers by listing it.
 
-A switch through the route (``http.switch_groups``): after the ranks' vote, every peer and the
-HTTP process itself vote (``check``), so a process that refuses, or one that does not answer within
-``PEER_TIMEOUT_S``, refuses the switch before any rank applies it; then the ranks apply it at one
-step; then each peer applies it with the ranks' generation, at its own safe point (between two
-calls of the feature: a call in progress keeps the value it read, ``live.gated``). A peer that
-fails then makes every rank and every peer that applied it roll back. A process that sglang does
-not let the plugin into (tokenizer workers of ``--tokenizer-worker-num N`` under the plugin) holds
-no feature and is named in every answer as not reached (``unreached``).
+A switch (``switch_launch``: the one order, for the HTTP route's ``http.switch_groups`` and the
+offline Engine's ``rpc.switch_engine``): after the ranks' vote, every peer and the process that
+asks (the HTTP process, the Engine's) vote (``check``), so a process that refuses, or one that
+does not answer within ``PEER_TIMEOUT_S``, refuses the switch before any rank applies it; then
+the ranks apply it at one step; then each peer applies it with the ranks' generation and request
+id, at its own safe point (between two calls of the feature: a call in progress keeps the value
+it read, ``live.gated``). A peer that fails then makes every rank and every peer that applied it
+roll back. A process that sglang does not let the plugin into (tokenizer workers of
+``--tokenizer-worker-num N`` under the plugin) holds no feature and is named in every answer as
+not reached (``unreached``).
 """
 from __future__ import annotations
 
@@ -30,9 +32,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
-
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from pydantic import StrictBool, ValidationError
 
@@ -339,6 +339,61 @@ def apply(rt, params: dict, generation: int, request_id: str) -> tuple[list[dict
         return applied, None
     call_all(rt, {"phase": "rollback", "undo": request_id, **params})
     return applied, "; ".join(f"{label(a)}: {a.get('reason')}" for a in failed)
+
+
+def switch_launch(rt, params: dict, *, check: Callable[[], dict],
+                  apply_ranks: Callable[[int], dict], rollback_ranks: Callable[[str], dict],
+                  tokenizer_workers: int = 1) -> dict:
+    """The order of a live switch across every process of the launch, for every caller (the
+    HTTP route's ``http.switch_groups``, the offline Engine's ``rpc.switch_engine``): the ranks
+    reached by the three callables, this process and its peers here. ``params``: ``{name, value,
+    requested_by}``. The callables answer as ``rpc.scheduler_set`` does (one TP group's answer,
+    or several merged: ``{ok, request_id, groups, ranks, error}``):
+
+    1. ``check()``: the ranks vote (``phase="check"``); a refusal is returned as it came;
+    2. this process and every peer vote (``vote``); a refusal (``tokenizer_workers``:
+       ``unreached``) is ``{**check, "processes", "ok": False, "error"}``: no rank applied it;
+    3. ranks on more than one generation, or a process on another generation than theirs
+       (``behind``), refuse it the same way ("refused, nothing changed");
+    4. ``apply_ranks(generation)``: every rank applies it (``generation``: the one they voted
+       on); a failure is returned as it came when one group answered (``groups``: its ranks
+       rolled back together), else goes on to 6;
+    5. every peer applies it with the ranks' new generation and ``request_id`` (``apply``);
+       success returns the ranks' answer with ``processes``;
+    6. a failure (a peer: those that applied it rolled back already; a group) calls
+       ``rollback_ranks(request_id)`` and returns ``{**applied, "ok": False, "rolled_back":
+       its ranks, "error": "...; every process that applied it rolled back"}``.
+
+    Raises what the callables raise (SwitchError: no answer in time) and SwitchError from
+    ``call_all`` (the launch directory is not private)."""
+    ranks = check()
+    if not ranks.get("ok"):
+        return ranks
+    votes, refusal = vote(rt, params, tokenizer_workers)
+    ranks = {**ranks, "processes": votes}
+    if refusal:
+        return {**ranks, "ok": False, "error": refusal}
+    generations = sorted({r.get("generation") for r in ranks["ranks"]})
+    apart = (f"the data-parallel groups are on different generations {generations}"
+             if len(generations) > 1 else behind(votes, generations[0]))
+    if apart:
+        return {**ranks, "ok": False, "error": (
+            f"switch {params['name']}={params['value']!r} refused, nothing changed: {apart}")}
+    # applied even when every rank has that value already: each rank then records the request
+    # (feature.toggle_unchanged) and keeps its generation
+    applied = apply_ranks(generations[0])
+    request_id = applied.get("request_id") or ""
+    failure = None
+    if applied.get("ok"):
+        generation = max(r.get("generation") or 0 for r in applied["ranks"])
+        applied["processes"], failure = apply(rt, params, generation, request_id)
+        if failure is None:
+            return applied
+    elif (applied.get("groups") or 1) == 1:
+        return applied
+    undo = rollback_ranks(request_id)
+    return {**applied, "ok": False, "rolled_back": undo.get("ranks") or [],
+            "error": f"{failure or applied.get('error')}; every process that applied it rolled back"}
 
 
 def label(entry: dict) -> str:

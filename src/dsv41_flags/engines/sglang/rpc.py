@@ -38,7 +38,7 @@ What this module adds (only when a live feature is declared):
   ``phase="rollback"`` undoes the switch of request ``undo`` (the HTTP server's two phases
   across DP groups, which share no process group);
 - ``switch_engine`` / ``engine_status``: the same two methods for an offline ``Engine`` (its
-  own ``send_to_rpc``; one TP group).
+  own ``send_to_rpc``; one TP group), the switch in ``peers.switch_launch``'s order.
 
 Every answer is bounded: request fields are checked by the HTTP route (``http``) and again here
 (``bounded_text``), the history each rank reports is the runtime's (bounded there).
@@ -377,36 +377,33 @@ class RpcClient:
 
 def switch_engine(engine, name: str, value: Any, *, requested_by: str = "python",
                   timeout_s: float = RPC_TIMEOUT_S) -> dict:
-    """Switch live feature ``name`` in every process of an offline ``sglang.Engine`` (node 0):
-    the ranks vote, then this process and the Engine's other processes (``peers.vote``); every
-    scheduler rank applies it in lockstep, then the other processes (``peers.apply``). Returns ``{ok,
-    feature, old, new, generation, step, ranks, processes}``. Raises SwitchError with the
-    reasons when refused; a process that fails to apply it makes the ranks roll back. Do not call
-    it concurrently with ``Engine.collective_rpc`` (one socket)."""
+    """Switch live feature ``name`` in every process of an offline ``sglang.Engine`` (node 0),
+    in ``peers.switch_launch``'s order over the Engine's RPC socket: the ranks vote, then this
+    process and the Engine's other processes; every scheduler rank applies it in lockstep, then
+    the other processes. Without a runtime in this process only the ranks are asked (one apply).
+    Returns ``{ok, feature, old, new, generation, step, ranks, processes}``. Raises SwitchError
+    with the reasons when refused or when a rank or a process failed to apply it (a process
+    that fails makes every rank and process that applied it roll back), and when no answer
+    comes within ``timeout_s`` seconds. Do not call it concurrently with
+    ``Engine.collective_rpc`` (one socket)."""
     from dsv41_flags.activation import current_runtime
     import dsv41_flags.engines.sglang.peers as peers
 
     rt = current_runtime()
     params = {"name": feature_name(name), "value": value, "requested_by": requested_by}
     client = _engine_client(engine)
-    if rt is not None:
-        check = client.call(SET_METHOD, timeout_s, phase="check", **params)
-        if not check.get("ok"):
-            raise SwitchError(check.get("error") or json.dumps(check))
-        votes, refusal = peers.vote(rt, params)
-        refusal = refusal or peers.behind(votes, check.get("generation"))
-        if refusal:
-            raise SwitchError(refusal)
-    data = client.call(SET_METHOD, timeout_s, **params)
+    if rt is None:
+        data = client.call(SET_METHOD, timeout_s, **params)
+    else:
+        data = peers.switch_launch(
+            rt, params,
+            check=lambda: client.call(SET_METHOD, timeout_s, phase="check", **params),
+            # one socket, one call at a time: the ranks apply without expect_generation
+            apply_ranks=lambda generation: client.call(SET_METHOD, timeout_s, **params),
+            rollback_ranks=lambda request_id: client.call(SET_METHOD, timeout_s, phase="rollback",
+                                                          undo=request_id, **params))
     if not data.get("ok"):
         raise SwitchError(data.get("error") or json.dumps(data))
-    if rt is not None:
-        data["processes"], failure = peers.apply(rt, params, data.get("generation") or 0,
-                                                 data.get("request_id") or "")
-        if failure:
-            client.call(SET_METHOD, timeout_s, phase="rollback", undo=data.get("request_id") or "",
-                        **params)
-            raise SwitchError(f"{failure}; every process that applied it rolled back")
     return data
 
 
