@@ -321,7 +321,7 @@ class TestUnleash:
         assert [e["value"] for e in switched] == [False, True], switched
         assert after["fleet"]["switches"] == 2 and fleet_row(after, FENCE)["agrees"] is True
 
-    def test_a_rollout_constrained_to_a_label_switches_only_that_server(self, fleet):
+    def test_a_rollout_constrained_to_a_label_switches_only_that_server(self, kit, fleet):
         service, canary, stable = fleet.service, fleet.canary, fleet.stable
         stable_before = route(stable)
         assert completion_tokens(canary) == 8 and completion_tokens(stable) == 8
@@ -346,6 +346,15 @@ class TestUnleash:
         assert rank_values(data, CAP) == [False]
         assert completion_tokens(stable) == 8
         assert not [e for e in stable.events("fleet.switched") if e["feature"] == CAP]
+        # a manual switch outside the flag service stands, and the status says it is one
+        code, answer = kit.cli_json("set", f"{CAP}=on", "--url", stable.url, "--api-key", ADMIN_KEY)
+        assert code == 0 and answer["ok"] is True, answer
+        row = fleet_row(route(stable), CAP)
+        assert (row["fleet_value"], row["applied"], row["agrees"]) == (False, True, False), row
+        assert row["reason"].startswith("overridden: switched outside the flag service"), row
+        code, answer = kit.cli_json("set", f"{CAP}=off", "--url", stable.url, "--api-key", ADMIN_KEY)
+        assert code == 0 and fleet_row(route(stable), CAP)["agrees"] is True
+        assert completion_tokens(stable) == 8
 
     def test_metrics_and_fleet_status_show_both_servers(self, kit, fleet):
         code, text = http("GET", fleet.canary.url + "/metrics")
