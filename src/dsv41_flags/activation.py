@@ -293,13 +293,29 @@ def activate_plugin(engine: EngineAdapter) -> None:
         if not rt.guard_registered and rt.context.fields.get("role") not in engine.no_world_roles:
             rt.guard_registered = rank_guard.register_guard(rt, engine=engine)
 
-    live = any(f.live for f in rt.features.values())
-    for step in ([lambda: engine.arm_live(rt)] if live else []) + [lambda: engine.on_serving(rt), guard]:
-        try:
-            step()
-        except Exception as exc:
-            if _report(exc, entry, role, ctx):
-                raise SystemExit(EXIT_STRICT) from None
+    arm_live(engine, rt, entry, role, ctx)
+    for step in (lambda: engine.on_serving(rt), guard):
+        _engine_step(step, entry, role, ctx)
+
+
+def arm_live(engine: EngineAdapter, rt: Runtime, entry: str, role: str | None = None,
+             context: Mapping[str, Any] | None = None) -> None:
+    """The engine's live transport in this process (``engine.arm_live(rt)``) when a declared
+    feature is live; else nothing. Called by the plugin entry and by the ``dsv41-flags run``
+    bootstrap in the child processes the plugin loader never enters (``children``). A hook that
+    raises emits ``flags.error`` (``entry``, ``role``, ``context``); strict: ``SystemExit(3)``."""
+    if any(f.live for f in rt.features.values()):
+        _engine_step(lambda: engine.arm_live(rt), entry, role, context)
+
+
+def _engine_step(step, entry: str, role: str | None, context: Mapping[str, Any] | None) -> None:
+    """Run one engine hook step under the error policy: an exception emits ``flags.error``;
+    strict: ``SystemExit(3)``, else the process goes on."""
+    try:
+        step()
+    except Exception as exc:
+        if _report(exc, entry, role, context):
+            raise SystemExit(EXIT_STRICT) from None
 
 
 def _failure_reason() -> str:

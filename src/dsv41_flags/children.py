@@ -3,7 +3,9 @@
 Propagation to children under ``dsv41-flags run`` (``bootstrap``, at every interpreter start):
 a spawned or forkserver child activates before its target runs, through the mark on its process
 object (``SpawnedChild``), unless its target activates through the engine's plugin loader. A
-forked child adopts its parent's runtime at the fork (``activation``).
+forked child adopts its parent's runtime at the fork (``activation``). A child activated here
+with a live feature declared gets the engine's live transport too (``activation.arm_live``), as
+the processes the plugin loader enters do: a switch must reach it (sglang's tokenizer workers).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Sequence
 
 import wrapt
 
-from dsv41_flags.activation import activate_entry, current_runtime, process_state
+from dsv41_flags.activation import activate_entry, arm_live, current_runtime, process_state
 from dsv41_flags.engine import adapter
 from dsv41_flags.error_policy import EXIT_STRICT
 
@@ -59,8 +61,15 @@ def bootstrap() -> None:
 
 
 def _bootstrap_activate(role: str | None = None) -> None:
+    """Activate here (entry ``bootstrap``); in a child of the launch with a live feature declared,
+    arm the engine's live transport too (``activation.arm_live``), as the plugin entry does in
+    the processes its loader enters: such a child is one the loader never enters (sglang's
+    tokenizer workers of ``--tokenizer-worker-num N``), and a switch must reach it. The launch
+    process itself is left to the engine's plugin loader. A strict failure exits with status 3."""
     try:
-        activate_entry("bootstrap", role=role)
+        rt = activate_entry("bootstrap", role=role)
+        if rt is not None and rt.launch_pid != os.getpid():
+            arm_live(adapter(), rt, "bootstrap", role)
     except SystemExit:
         try:
             sys.stderr.flush()

@@ -366,11 +366,35 @@ def test_set_shows_hostile_text_escaped(cli, server, text):
     _assert_shown_safely(r.output, text)
 
 
+#: what a 404 must name: the process has no routes, both causes (no live feature there; tokenizer
+#: workers under the plain plugin) and the fix of the second (a 404 carries no server options)
+NO_ROUTES = ("404", "no dsv41_flags routes", "installed in the server's environment",
+             "live feature", "--tokenizer-worker-num", "tokenizer workers", "plain sglang plugin",
+             "dsv41-flags run --")
+
+
 @pytest.mark.parametrize("body", [b'{"detail": "Not Found"}', b"<html>404</html>"])
 def test_a_server_without_the_routes_says_so(cli, server, body):
     server.answer(body, 404)
     r = cli("status", "--url", server.url)
     assert r.exit_code == 1 and len(lines(r)) == 1 and "no dsv41_flags routes" in r.output
+    assert all(part in r.output for part in NO_ROUTES), r.output
+    assert "nothing was changed" not in r.output             # status changes nothing anyway
+
+
+def test_a_switch_a_server_without_the_routes_refuses_names_both_causes_and_the_fix(cli, server):
+    """A tokenizer worker of ``--tokenizer-worker-num 2`` under the plain plugin answers 404 (it
+    has no routes: the server tier shows it). The command cannot tell that from a server without
+    the package, so it names both, says nothing changed, and exits 1 (``--json`` too)."""
+    server.answer(b'{"detail": "Not Found"}', 404)
+    r = cli("set", "folded_fence=on", "--url", server.url)
+    assert r.exit_code == 1 and len(lines(r)) == 1, r.output
+    assert all(part in r.output for part in NO_ROUTES) and "nothing was changed" in r.output
+    r = cli("set", "folded_fence=on", "--url", server.url, "--json")
+    answer = json.loads(r.output)
+    assert r.exit_code == 1 and answer["ok"] is False, answer
+    assert all(part in answer["error"] for part in NO_ROUTES), answer
+    assert [seen["path"] for seen in server.seen] == ["/dsv41_flags/set"] * 2
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "3601", "nan", "soon"])

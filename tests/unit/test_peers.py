@@ -18,7 +18,7 @@ import pytest
 from dsv41_flags.engines.sglang import peers
 from dsv41_flags.errors import SwitchError
 
-from ._child import FEATURE, make_project, parent
+from ._child import FEATURE, REPO, make_project, parent
 
 LIVE = FEATURE.replace('engine="",', 'engine="", live=True,')
 SETTINGS = '[default]\ndemo_patch = false\nfeatures_dir = "FEATURES_DIR"\n'
@@ -53,7 +53,10 @@ def launch(tmp_path, short_tmp):
     rt = parent(project)
     rt.arm()
     __import__(project.target)
-    env = {**project.env, "TMPDIR": short_tmp}
+    # this checkout's package first in the child too (the environment's editable install may
+    # point at another checkout, whose snapshot rules differ)
+    env = {**project.env, "TMPDIR": short_tmp,
+           "PYTHONPATH": os.pathsep.join([project.env["PYTHONPATH"], str(REPO / "src")])}
     rt.export(env)
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD.format(target=project.target))],
                             env=env, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -125,9 +128,27 @@ def test_a_launch_directory_others_may_enter_is_refused(short_tmp):
 
 
 def test_tokenizer_workers_the_plugin_never_enters_are_named():
-    assert peers.unreached(1) == []
+    assert peers.unreached(1) == [] and peers.unreached(2, reached=2) == []
     (entry,) = peers.unreached(2)
     assert entry["ok"] is False and "--tokenizer-worker-num 2" in entry["reason"]
+    assert "dsv41-flags run --" in entry["reason"]
+    (entry,) = peers.unreached(3, reached=1)           # one worker activated, two did not
+    assert (entry["count"], entry["of"]) == (2, 3) and "2 of the 3" in entry["reason"]
+    assert peers.label(entry) == "2 of 3 tokenizer_worker processes"
+
+
+def test_a_switch_patched_here_is_refused_while_a_tokenizer_worker_is_unreached(launch):
+    """The feature's patch is in place in this process (its target runs where requests are
+    tokenized) and the launch has 2 tokenizer workers of which none is a peer: refused before
+    any rank, naming them; with no worker (1) it goes on."""
+    rt, proc = launch
+    request = {"name": "demo_patch", "value": "on", "requested_by": "test"}
+    votes, refusal = peers.vote(rt, request, tokenizer_workers=2)
+    assert votes[0]["state"] == "bypassed" and votes[0]["ok"] is True
+    assert refusal is not None and "2 of 2 tokenizer_worker processes" in refusal, refusal
+    assert "refused before any rank applied it" in refusal and "dsv41-flags run" in refusal
+    assert peers.vote(rt, request, tokenizer_workers=1)[1] is None
+    assert child_call(proc) == "stock"                                   # nothing applied
 
 
 def test_a_request_too_deep_to_decode_is_answered_and_the_listener_goes_on(launch):

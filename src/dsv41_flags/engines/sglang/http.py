@@ -312,10 +312,22 @@ def _http(url: str, path: str, body: dict | None, timeout_s: float,
     a size cap, ``api_key`` as sglang's bearer key). Raises SwitchError (``Refused`` on 401/403)
     when the server cannot be asked, and on 404 (no dsv41_flags routes there)."""
     full = url.rstrip("/") + path
-    missing = (f"{full}: 404, the server has no dsv41_flags routes (is dsv41_flags installed in "
-               f"the server's environment, with a live feature declared?)")
     return call_json(full, method="GET" if body is None else "POST", body=body, api_key=api_key,
-                     timeout_s=timeout_s, errors={404: missing})[1]
+                     timeout_s=timeout_s, errors={404: no_routes(full, body is not None)})[1]
+
+
+def no_routes(full: str, switch: bool = False) -> str:
+    """What a 404 from ``full`` (a route's URL) means: the process that answered has no
+    dsv41_flags routes (``switch``: a set request, so nothing was changed on any rank: no
+    process of the server applies a switch but through the route). The CLI cannot see the
+    server's options, so both causes are named, each with its fix."""
+    done = "; nothing was changed" if switch else ""
+    return (f"{full}: 404, the HTTP process that answered has no dsv41_flags routes{done}. "
+            f"Either dsv41_flags is not installed in the server's environment or no live feature "
+            f"is declared there, or the server runs --tokenizer-worker-num N > 1 under the plain "
+            f"sglang plugin: sglang never loads plugins in its tokenizer workers (the processes "
+            f"that answer HTTP then), so no switch can reach them; launch the server under "
+            f"dsv41-flags run -- (or dsv41-flags serve) to activate every worker")
 
 
 def http_set(url: str, name: str, value: Any, requested_by: str, *, api_key: str | None = None,

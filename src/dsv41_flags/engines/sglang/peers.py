@@ -18,8 +18,9 @@ the ranks apply it at one step; then each peer applies it with the ranks' genera
 id, at its own safe point (between two calls of the feature: a call in progress keeps the value
 it read, ``live.gated``). A peer that fails then makes every rank and every peer that applied it
 roll back. A process that sglang does not let the plugin into (tokenizer workers of
-``--tokenizer-worker-num N`` under the plugin) holds no feature and is named in every answer as
-not reached (``unreached``).
+``--tokenizer-worker-num N`` under the plain plugin) holds no feature; under ``dsv41-flags run``
+each worker is a peer (role ``tokenizer_worker``), and a switch of a feature patched in the HTTP
+process is refused when fewer than N workers voted (``unreached``).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from typing import Any, Callable, Optional
 
 from pydantic import StrictBool, ValidationError
 
+from dsv41_flags.engines.sglang.processes import TOKENIZER_WORKER
 from dsv41_flags.errors import FlagsError, SwitchError
 from dsv41_flags.state import State
 from dsv41_flags.status import WIRE, Count, ProcessStatus, Record, Text, first_problem
@@ -305,14 +307,14 @@ def call_all(rt, request: dict) -> list[dict]:
 def vote(rt, params: dict, tokenizer_workers: int = 1) -> tuple[list[dict], str | None]:
     """Phase 1 outside the schedulers: ``(answers, refusal)`` of this process and every peer for
     ``params`` (``name``, ``value``, ``requested_by``); ``refusal`` says which process refused,
-    is silent, or cannot be reached (``unreached``: only when the feature is installed here, i.e.
-    its target runs where requests are tokenized), else None."""
-    from dsv41_flags.state import State
-
+    is silent, or cannot be reached (``unreached``: tokenizer workers of ``tokenizer_workers``
+    that answered no vote, counted only when the feature's patch is in place here, i.e. its
+    target runs where requests are tokenized), else None."""
     votes = call_all(rt, {"phase": "check", **params})
     blocked = [v for v in votes if not v.get("ok")]
-    if votes[0].get("state") == State.INSTALLED:
-        blocked += unreached(tokenizer_workers)
+    if votes[0].get("state") in (State.INSTALLED, State.BYPASSED):
+        reached = sum(1 for v in votes if v.get("ok") and v.get("role") == TOKENIZER_WORKER)
+        blocked += unreached(tokenizer_workers, reached)
     if not blocked:
         return votes, None
     return votes, (f"switch {params['name']}={params['value']!r} refused before any rank applied "
@@ -397,17 +399,26 @@ def switch_launch(rt, params: dict, *, check: Callable[[], dict],
 
 
 def label(entry: dict) -> str:
-    """``detokenizer pid 42``: a process in a message."""
+    """``detokenizer pid 42``: a process in a message; ``1 of 2 tokenizer_worker processes``
+    for an ``unreached`` entry (no pid)."""
+    if entry.get("pid") is None and entry.get("count"):
+        return f"{entry['count']} of {entry.get('of')} {entry.get('role')} processes"
     return f"{entry.get('role') or 'process'} pid {entry.get('pid')}"
 
 
-def unreached(tokenizer_workers: int) -> list[dict]:
-    """The processes sglang starts that the plugin is never loaded in: with
-    ``--tokenizer-worker-num N`` (N > 1), sglang 0.5.23 does not call ``load_plugins()`` in its
-    tokenizer workers, so no feature is installed there and no switch reaches them."""
-    if tokenizer_workers <= 1:
+def unreached(tokenizer_workers: int, reached: int = 0) -> list[dict]:
+    """The tokenizer workers a switch cannot reach: with ``--tokenizer-worker-num N`` (N > 1)
+    sglang starts N HTTP processes and 0.5.23 calls ``load_plugins()`` in none of them, so under
+    the plain plugin no feature is installed there; under ``dsv41-flags run`` each is a peer
+    (role ``tokenizer_worker``). ``reached``: how many of them voted (this process included).
+    Returns ``[]`` when every worker is reached (or N <= 1), else one entry ``{"ok": False,
+    "role", "count", "of", "reason"}``."""
+    missing = tokenizer_workers - max(0, reached)
+    if tokenizer_workers <= 1 or missing <= 0:
         return []
-    return [{"ok": False, "role": "tokenizer_worker", "count": tokenizer_workers,
-             "reason": f"--tokenizer-worker-num {tokenizer_workers}: sglang does not load plugins "
-                       f"in its tokenizer workers; a feature whose target runs there is not "
-                       f"installed there (launch under dsv41-flags run to activate them)"}]
+    return [{"ok": False, "role": TOKENIZER_WORKER, "count": missing, "of": tokenizer_workers,
+             "reason": f"--tokenizer-worker-num {tokenizer_workers}: {missing} of the "
+                       f"{tokenizer_workers} tokenizer workers answered no vote; sglang does not "
+                       f"load plugins in its tokenizer workers, so a feature whose target runs "
+                       f"there is not switched there (launch the server under dsv41-flags run -- "
+                       f"or dsv41-flags serve to activate every worker)"}]

@@ -87,25 +87,56 @@ def plugin_will_activate(target: Callable | None, environ=None) -> bool:
             and plugin_installed(environ))
 
 
+#: the role of a process the ``dsv41-flags run`` bootstrap activated that sglang's plugin loader
+#: never named (``activation``: not the launch process)
+UNNAMED_ROLE = "child"
+#: the role of a spawned child that serves sglang's HTTP app: a uvicorn worker of
+#: ``--tokenizer-worker-num N`` (N > 1), which sglang's plugin loader never enters
+TOKENIZER_WORKER = "tokenizer_worker"
+
+
 def arm_live(rt) -> bool:
     """Install the scheduler RPC methods when sglang's scheduler module is imported, and the HTTP
     routes when its HTTP server module is (post-import hooks; each fires only in the process that
     imports the module); outside the schedulers, answer switches as a peer of the launch
-    (``peers.listen``). Returns False when they are registered already."""
+    (``peers.listen``): at once in a process whose role sglang's plugin loader or the launch gave
+    (launcher, detokenizer, data-parallel controller, engine), and in a process of no such role
+    (``UNNAMED_ROLE``: a child under ``dsv41-flags run``) once it imports sglang's HTTP server,
+    i.e. when it serves requests (``serve_http``). Returns False when they are registered
+    already."""
     if rt.live.transport.get("armed"):
         return False
-    from dsv41_flags.engines.sglang.http import HTTP_MODULE, install_http_routes
+    from dsv41_flags.engines.sglang.http import HTTP_MODULE
     from dsv41_flags.engines.sglang.rpc import SCHEDULER_MODULE, install_scheduler_rpc
     from dsv41_flags.hooks import register_post_import_hook
 
     rt.live.transport["armed"] = True
     register_post_import_hook(lambda m: install_scheduler_rpc(rt, m), SCHEDULER_MODULE)
-    register_post_import_hook(lambda m: install_http_routes(rt, m), HTTP_MODULE)
-    if rt.context.fields.get("role") != "scheduler":   # the schedulers switch over sglang's RPC
+    register_post_import_hook(lambda m: serve_http(rt, m), HTTP_MODULE)
+    role = rt.context.fields.get("role")
+    if role not in ("scheduler", UNNAMED_ROLE):   # the schedulers switch over sglang's RPC
         from dsv41_flags.engines.sglang.peers import listen
 
         listen(rt)
     return True
+
+
+def serve_http(rt, module) -> None:
+    """sglang's HTTP server module was imported in this process: add the live routes to its app
+    (``http.install_http_routes``). A process of no sglang role (``UNNAMED_ROLE``) becomes a peer
+    of the launch now; a spawned one is a tokenizer worker (``TOKENIZER_WORKER``, its role from
+    here on), which is how the HTTP process that answers a switch counts the workers it reached
+    (``peers.unreached``). Raises what ``install_http_routes`` and ``peers.listen`` raise."""
+    from dsv41_flags.engines.sglang.http import install_http_routes
+
+    install_http_routes(rt, module)
+    if rt.context.fields.get("role") == UNNAMED_ROLE:
+        from dsv41_flags.children import is_spawn_child
+        from dsv41_flags.engines.sglang.peers import listen
+
+        if is_spawn_child():
+            rt.context.update(role=TOKENIZER_WORKER)
+        listen(rt)
 
 
 #: the rank guard's hook point: sglang's model-parallel world is initialised here (every
