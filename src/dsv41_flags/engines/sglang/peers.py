@@ -37,7 +37,7 @@ from typing import Any, Callable, Optional
 
 from pydantic import StrictBool, ValidationError
 
-from dsv41_flags.engines.sglang.processes import TOKENIZER_WORKER
+from dsv41_flags.engines.sglang.roles import TOKENIZER_WORKER
 from dsv41_flags.errors import FlagsError, SwitchError
 from dsv41_flags.state import State
 from dsv41_flags.status import WIRE, Count, ProcessStatus, Record, Text, first_problem

@@ -16,6 +16,8 @@ import inspect
 import os
 from typing import Any, Callable
 
+from dsv41_flags.engines.sglang.roles import TOKENIZER_WORKER, UNNAMED_ROLE
+
 #: roles whose processes never initialise the model-parallel world (no rank guard there)
 NO_WORLD_ROLES = frozenset({"engine", "detokenizer", "data_parallel_controller"})
 #: entry-point group of sglang's general plugins (``sglang.srt.plugins.load_plugins``)
@@ -85,14 +87,6 @@ def plugin_will_activate(target: Callable | None, environ=None) -> bool:
     module = getattr(target, "__module__", "") or ""
     return (module.startswith("sglang.") and getattr(target, "__name__", "") in DEFERRING_TARGETS
             and plugin_installed(environ))
-
-
-#: the role of a process the ``dsv41-flags run`` bootstrap activated that sglang's plugin loader
-#: never named (``activation``: not the launch process)
-UNNAMED_ROLE = "child"
-#: the role of a spawned child that serves sglang's HTTP app: a uvicorn worker of
-#: ``--tokenizer-worker-num N`` (N > 1), which sglang's plugin loader never enters
-TOKENIZER_WORKER = "tokenizer_worker"
 
 
 def arm_live(rt) -> bool:
