@@ -38,7 +38,9 @@ SNAPSHOT_MAX_BYTES = 64 * 1024 * 1024
 
 class FileRefused(OSError):
     """A file could not be read as a regular file. ``path``: the path as given; ``reason``: why,
-    as a sentence fragment ("is a FIFO, not a regular file"). ``str()`` is ``"<path> <reason>"``."""
+    as a sentence fragment ("is a FIFO, not a regular file"). ``str()`` is ``"<path> <reason>"``.
+    ``errno`` is ``EFBIG`` for a file over the caller's size cap (its content refused, the file
+    itself readable), ``ENOENT`` for a missing one."""
 
     def __init__(self, path: os.PathLike | str, reason: str, err: int = 0):
         self.path = os.fspath(path)
@@ -85,7 +87,8 @@ def open_regular(path: os.PathLike | str, max_bytes: int, *, follow_symlinks: bo
         if not stat.S_ISREG(st.st_mode):
             raise FileRefused(path, f"is {file_kind(st.st_mode)}, not a regular file")
         if st.st_size > max_bytes:
-            raise FileRefused(path, f"is {st.st_size} bytes, over the limit of {max_bytes} bytes")
+            raise FileRefused(path, f"is {st.st_size} bytes, over the limit of {max_bytes} bytes",
+                              errno.EFBIG)
     except BaseException:
         os.close(fd)
         raise
@@ -113,7 +116,7 @@ def read_regular(path: os.PathLike | str, max_bytes: int, *, follow_symlinks: bo
             chunks.append(chunk)
             total += len(chunk)
             if total > max_bytes:  # it grew while being read
-                raise FileRefused(path, f"is over the limit of {max_bytes} bytes")
+                raise FileRefused(path, f"is over the limit of {max_bytes} bytes", errno.EFBIG)
         return b"".join(chunks)
     except OSError as exc:
         if isinstance(exc, FileRefused):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -38,7 +39,7 @@ from dsv41_flags.errors import Problem
 from dsv41_flags.files import FileRefused, read_regular
 from dsv41_flags.fleet_settings import TOKEN_VAR, FleetSettings, from_wire
 from dsv41_flags.resolution import Resolution, Resolved
-from dsv41_flags.secrecy import masked_reason, masked_text
+from dsv41_flags.secrecy import MASK, masked_reason, masked_text
 from dsv41_flags.status import FleetFeature, FleetStatus
 
 #: the longest token file read (bytes)
@@ -76,6 +77,10 @@ def configured(resolution: Resolution) -> FleetSettings | None:
     return from_wire(table["settings"]) if table else None
 
 
+#: what a token may be: one line of visible ASCII (an HTTP header value), at most MAX_TOKEN bytes
+TOKEN_TEXT = re.compile(r"[\x21-\x7e]+")
+
+
 def read_token(settings: FleetSettings, environ: Mapping[str, str]) -> tuple[str, str]:
     """``(token, problem)``: the flag service's token from ``DSV41_FLEET_TOKEN``, else from the
     regular file ``token_file`` (at most ``MAX_TOKEN`` bytes, read without blocking:
@@ -83,14 +88,23 @@ def read_token(settings: FleetSettings, environ: Mapping[str, str]) -> tuple[str
     named token file could not be read (a FIFO, a directory, missing, too large; never its
     content)."""
     if environ.get(TOKEN_VAR):
-        return environ[TOKEN_VAR].strip(), ""
-    if not settings.token_file:
+        token, where = environ[TOKEN_VAR].strip(), TOKEN_VAR
+    elif not settings.token_file:
         return "", ""
-    try:
-        data = read_regular(settings.token_file, MAX_TOKEN)
-    except FileRefused as exc:
-        return "", f"fleet.token_file {exc}"
-    return data.decode("utf-8", "replace").strip(), ""
+    else:
+        try:
+            data = read_regular(settings.token_file, MAX_TOKEN)
+        except FileRefused as exc:
+            return "", f"fleet.token_file {exc}"
+        token, where = data.decode("utf-8", "replace").strip(), f"fleet.token_file {settings.token_file}"
+    if not token:
+        return "", f"the token in {where} is empty"
+    if not TOKEN_TEXT.fullmatch(token):
+        # an HTTP header cannot carry it, and the library's error would quote it: never sent
+        return "", (f"the token in {where} (not shown) is refused: it holds a space, a line "
+                    f"break, a control or a non-ASCII character; accepted: one line of visible "
+                    f"ASCII characters")
+    return token, ""
 
 
 def targeting(settings: FleetSettings, facts: Mapping[str, Any], *, profile: str = "",
@@ -120,8 +134,8 @@ def evaluate(client, flag: str, default: bool, context) -> Evaluation:
     ``MISSING``: the service has no such flag (``FLAG_NOT_FOUND``) or holds it disabled (reason
     ``DISABLED``: flagd's ``state: DISABLED``; the value it gives is only the caller's default).
     ``INVALID``: a value that is not a boolean, or a definition the provider cannot resolve for
-    this flag (``GENERAL``, ``INVALID_CONTEXT``, ``TARGETING_KEY_MISSING``: a ``defaultVariant``
-    naming no variant, say), the message naming the flag. ``UNREACHABLE``: the provider is not
+    this flag (``PARSE_ERROR``, ``GENERAL``, ``INVALID_CONTEXT``, ``TARGETING_KEY_MISSING``: a
+    ``defaultVariant`` naming no variant, a ``$ref`` to nothing), the message naming the flag. ``UNREACHABLE``: the provider is not
     ready or failed (``PROVIDER_NOT_READY``, ``PROVIDER_FATAL``), or raised."""
     from openfeature.exception import ErrorCode
     from openfeature.flag_evaluation import Reason
@@ -138,7 +152,7 @@ def evaluate(client, flag: str, default: bool, context) -> Evaluation:
     message = masked_text(details.error_message or "")[:300]
     if code == ErrorCode.FLAG_NOT_FOUND:
         return Evaluation(Answer.MISSING, None, message or f"no flag {flag}")
-    if code in (ErrorCode.TYPE_MISMATCH, ErrorCode.PARSE_ERROR) or code is None:
+    if code == ErrorCode.TYPE_MISMATCH or code is None:
         return Evaluation(Answer.INVALID, None,
                           f"flag {flag} is not a boolean{': ' + message if message else ''}")
     if code in (ErrorCode.PROVIDER_NOT_READY, ErrorCode.PROVIDER_FATAL):
@@ -158,46 +172,78 @@ def _yaml_hint(settings: FleetSettings, ev: Evaluation) -> str:
     return ""
 
 
-def origin(settings: FleetSettings, flag: str) -> str:
+def origin(settings: FleetSettings, flag: str, digest: str = "") -> str:
     """The source of a value read from the flag service (the resolution's wording):
-    ``fleet (unleash, flag F, environment E)`` or ``fleet (flagd, flag F, file P@sha256:..)``."""
+    ``fleet (unleash, flag F, environment E)`` or ``fleet (flagd, flag F, file P@sha256:..)``
+    (``digest``: of the version the provider read, ``FlagFileCopy.digest``)."""
     if settings.provider == "flagd":
-        from dsv41_flags.fleet_providers import flag_file_version
-
-        return f"fleet (flagd, flag {flag}, file {settings.path}@{flag_file_version(settings.path)[:19]})"
+        return f"fleet (flagd, flag {flag}, file {settings.path}@{digest[:19]})"
     env = f", environment {settings.environment}" if settings.environment else ""
     return f"fleet (unleash, flag {flag}{env})"
 
 
 class Connection(NamedTuple):
-    """An open flag service: the OpenFeature ``client``, the ``provider``, the evaluation
-    ``context`` and ``problem`` (why it is not ready; ``""`` when it is)."""
+    """An open flag service: the OpenFeature ``client``, the ``provider`` (both None when none
+    was opened), the evaluation ``context``, ``problem`` (why it is not ready; ``""`` when it
+    is) and, for flagd, the ``flag_file`` copy the provider reads (``FlagFileCopy``)."""
 
     client: Any
     provider: Any
     context: Any
     problem: str
+    flag_file: Any = None
+    token: str = ""
+
+    def __repr__(self) -> str:  # never the token
+        return f"Connection(provider={type(self.provider).__name__}, problem={self.problem!r})"
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the token, wherever a library's message quoted it, as ``***``."""
+        return text.replace(self.token, MASK) if self.token and text else text
 
 
 def connect(settings: FleetSettings, key: str, attributes: Mapping[str, Any],
-            environ: Mapping[str, str], timeout_s: float) -> Connection:
-    """Open the flag service ``settings`` names, waiting at most ``timeout_s`` for it."""
+            environ: Mapping[str, str], timeout_s: float, flag_file: Any = None) -> Connection:
+    """Open the flag service ``settings`` names, waiting at most ``timeout_s`` for it. For
+    flagd, ``flag_file`` is the copy the provider reads (``fleet_providers.FlagFileCopy``, the
+    caller's to close); while it holds no accepted version yet, the operator's file is read
+    into it first, and a file that cannot be read or is refused opens no provider (client and
+    provider None, the problem says why). Close it with ``disconnect(connection)``."""
     from openfeature.evaluation_context import EvaluationContext
 
     import dsv41_flags.fleet_providers as providers
 
-    token, problem = read_token(settings, environ)
-    source = providers.provider(settings, token)
-    client, not_ready = providers.register(source, timeout_s)
     context = EvaluationContext(targeting_key=key, attributes=dict(attributes))
-    return Connection(client, source, context, problem or not_ready)
+    token, problem = read_token(settings, environ)   # a problem is said; the service still asked
+    if settings.provider == "flagd":
+        if flag_file is None:
+            raise ValueError("connect: a flagd fleet needs its FlagFileCopy")
+        if not flag_file.digest:
+            _, unreadable, refused = flag_file.refresh()
+            if unreadable or refused:
+                return Connection(None, None, context, unreadable or refused, flag_file)
+    source = providers.provider(settings, token, flag_file)
+    client, not_ready = providers.register(source, timeout_s)
+    connection = Connection(client, source, context, problem or not_ready, flag_file, token)
+    return connection._replace(problem=connection.scrub(connection.problem))
 
 
-def disconnect() -> None:
-    """Stop the open flag service's provider and its threads."""
+def disconnect(connection: Connection | None = None) -> None:
+    """Stop the open flag service's provider (``connection``'s; None: whichever is open) and its
+    threads."""
     import dsv41_flags.fleet_providers as providers
 
-    providers.unregister()
+    if connection is None or connection.provider is not None:
+        providers.unregister()
+
+
+def flag_file_for(settings: FleetSettings) -> Any:
+    """The ``FlagFileCopy`` a flagd fleet's provider reads (None for another provider)."""
+    if settings.provider != "flagd":
+        return None
+    from dsv41_flags.fleet_providers import FlagFileCopy
+
+    return FlagFileCopy(settings.path)
 
 
 def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str, Any],
@@ -219,16 +265,15 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
     problems = list(resolution.problems)
     values = dict(resolution.values)
     strict = resolution.strict
-    from dsv41_flags.fleet_providers import file_problem, refusal, unreachable
+    from dsv41_flags.fleet_providers import refusal, unreachable
 
-    # a flagd file that is not a regular file (a FIFO would block the provider's read) or is
-    # too large is said at once, without opening a provider on it
-    refused = file_problem(settings)
-    connection = None if refused else connect(settings, key, attributes, environ,
-                                              settings.boot_timeout_s)
+    # a flagd file that is not a regular file (a FIFO would block a read), too large or with
+    # a YAML alias is said at once, and no provider is opened (connect)
+    flag_file = flag_file_for(settings)
+    connection = connect(settings, key, attributes, environ, settings.boot_timeout_s, flag_file)
     try:
-        down = (refused or connection.problem or unreachable(connection.provider, settings)
-                or refusal(connection.provider))
+        down = connection.scrub(connection.problem or unreachable(connection.provider, settings)
+                                or refusal(connection.provider) or "")
         read = 0
         if not down:
             for feature in features:
@@ -236,6 +281,7 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
                 known = values.get(feature.flag)
                 current = bool(known.value) if known is not None else feature.default
                 ev = evaluate(connection.client, flag, current, connection.context)
+                ev = ev._replace(problem=connection.scrub(ev.problem))
                 if ev.answer == Answer.UNREACHABLE:
                     down = ev.problem
                     break
@@ -246,7 +292,7 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
                         "error" if strict else "warning"))
                 elif ev.answer == Answer.VALUE and known is not None:
                     read += 1
-                    source = origin(settings, flag)
+                    source = origin(settings, flag, getattr(connection.flag_file, "digest", ""))
                     values[feature.flag] = known._replace(
                         value=ev.value, source=source, chain=known.chain + ((source, ev.value),))
         if down:
@@ -257,8 +303,11 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
                    if fatal else "the settings' values are used")),
                 "error" if fatal else "warning"))
     finally:
-        if connection is not None:
-            disconnect()
+        try:
+            disconnect(connection)
+        finally:
+            if flag_file is not None:
+                flag_file.close()
     table = dict(resolution.reserved["FLEET"])
     table["context"] = {"targeting_key": key, "attributes": _plain(attributes)}
     reserved = {**resolution.reserved, "FLEET": table}
@@ -354,9 +403,11 @@ class Watcher:
         """Start the thread (once). Raises RuntimeError in a process other than the builder's."""
         if os.getpid() != self.pid:
             raise RuntimeError("a fleet watcher runs only in the process that built it")
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="dsv41-fleet", daemon=True)
-            self._thread.start()
+        with self._lock:   # callers on several threads start one thread
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="dsv41-fleet",
+                                                daemon=True)
+                self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread and the provider, waiting at most ``timeout_s``."""
@@ -372,13 +423,19 @@ class Watcher:
     def _run(self) -> None:
         connection = None
         backoff = self.settings.poll_interval_s
+        self._flag_file = flag_file_for(self.settings)
         try:
-            connection = connect(self.settings, self.key, self.attributes, self.environ,
-                                 max(self.settings.boot_timeout_s, 1.0))
-            self._listen(connection)
-            self.log.info("fleet.connected", where=self.settings.where(), instance_id=self.key,
-                          problem=connection.problem or None)
             while not self._stop.is_set():
+                if connection is None or connection.provider is None:
+                    # a flagd file never accepted yet opens no provider: tried again each read
+                    connection = connect(self.settings, self.key, self.attributes, self.environ,
+                                         max(self.settings.boot_timeout_s, 1.0), self._flag_file)
+                    if connection.provider is not None:
+                        if self._flag_file is not None:   # its init read the copy, whole
+                            self._loaded = self._flag_file.digest
+                        self._listen(connection)
+                        self.log.info("fleet.connected", where=self.settings.where(),
+                                      instance_id=self.key, problem=connection.problem or None)
                 self._due = float("inf")
                 ok = self._read(connection)
                 backoff = self.settings.poll_interval_s if ok else min(
@@ -392,11 +449,14 @@ class Watcher:
             self.log.error("fleet.failed", error=masked_reason(exc))
             self._changed()
         finally:
-            if connection is not None:
-                try:
-                    disconnect()
-                except Exception:
-                    pass
+            try:
+                if connection is not None:
+                    disconnect(connection)
+            except Exception:
+                pass
+            finally:
+                if self._flag_file is not None:
+                    self._flag_file.close()
 
     def _listen(self, connection: Connection) -> None:
         """Wake on the provider's events: its flags changed, it is ready again, or it refused
@@ -416,8 +476,12 @@ class Watcher:
     def _on_accepted(self, *_args: Any) -> None:
         self._refusal_new = ""
         self._refusal = ""
+        if self._flag_file is not None:
+            self._loaded = self._flag_file.digest
         self._wake.set()
 
+    _flag_file: Any = None  # flagd: the copy its provider reads (fleet_providers.FlagFileCopy)
+    _loaded = ""        # flagd: the digest of the version its provider read last
     _refusal_new = ""   # the provider's last refusal, not reported yet
     _refusal = ""       # the refusal in force (until the provider accepts new definitions)
     _due = float("inf")  # when a coalesced change may be switched (time.monotonic())
@@ -426,27 +490,37 @@ class Watcher:
         """Read every flag once and act on the changes; False when the service could not be read."""
         from dsv41_flags.fleet_providers import refusal, unreachable
 
-        down = unreachable(connection.provider, self.settings)
         refused_file, self._refusal_new = self._refusal_new, ""
+        copy = connection.flag_file
+        if copy is not None:   # flagd: the operator's file read into the provider's copy
+            if connection.provider is not None:
+                copy.refresh()
+            if copy.unreadable:
+                self._unreachable(connection.scrub(copy.unreadable))
+                return False
+            refused_file = copy.refused or refused_file   # said once; the previous flags stay
+            if connection.provider is None:   # refused before any version was accepted
+                self._refuse_file(refused_file)
+                self._update(reachable=True, unreachable_since="", last_read=now(),
+                             problem=f"refused: {self._refusal}")
+                self._changed()
+                return True
+        down = unreachable(connection.provider, self.settings) or (
+            "" if connection.provider is not None else connection.problem)
         held = refusal(connection.provider)   # a provider that says it without an event
         if held == "":
             self._refusal = ""
         refused_file = refused_file or held or ""
         if down:  # the provider's error then says the same (flagd: no file): unreachable only
-            self._unreachable(down)
+            self._unreachable(connection.scrub(down))
             return False
-        if refused_file and refused_file != self._refusal:
-            self._refusal = refused_file
-            self._count("refused")
-            self.log.warning("fleet.refused", where=self.settings.where(), reason=refused_file,
-                             what="the flag service's definitions; every value stays")
-        else:
-            refused_file = ""
+        refused_file = self._refuse_file(connection.scrub(refused_file))
         evaluations = {}
         for name in self.features:
             row = self._rows[name]
             default = row.fleet_value if row.fleet_value is not None else bool(row.applied)
             ev = evaluate(connection.client, row.flag, default, connection.context)
+            ev = ev._replace(problem=connection.scrub(ev.problem))
             if ev.answer == Answer.UNREACHABLE:
                 self._unreachable(ev.problem)
                 return False
@@ -462,6 +536,17 @@ class Watcher:
         if changed or refused_file:
             self._changed()
         return True
+
+    def _refuse_file(self, refused: str) -> str:
+        """Say and count a refusal of the flag service's definitions once (``refused``: why;
+        ``""``: none); returns ``refused`` when it is new, else ``""``."""
+        if refused and refused != self._refusal:
+            self._refusal = refused
+            self._count("refused")
+            self.log.warning("fleet.refused", where=self.settings.where(), reason=refused,
+                             what="the flag service's definitions; every value stays")
+            return refused
+        return ""
 
     def _unreachable(self, problem: str) -> None:
         if self._status.reachable or not self._status.unreachable_since:
@@ -548,7 +633,5 @@ class Watcher:
         """Who a fleet switch names: ``unleash:<flag>@<environment>`` (Unleash's client API
         does not say who changed a flag; its event log does) or ``flagd:<file>@sha256:<hex>``."""
         if self.settings.provider == "flagd":
-            from dsv41_flags.fleet_providers import flag_file_version
-
-            return f"flagd:{self.settings.path}@{flag_file_version(self.settings.path)}"[:256]
+            return f"flagd:{self.settings.path}@{self._loaded or 'sha256:unknown'}"[:256]
         return f"unleash:{flag}@{self.settings.environment or 'default'}"[:256]

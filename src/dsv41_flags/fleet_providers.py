@@ -19,9 +19,12 @@ own OpenFeature provider in the same process is left alone.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
+import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any, Optional
@@ -34,7 +37,7 @@ from openfeature.provider import AbstractProvider, Metadata
 from openfeature.provider.no_op_provider import NoOpProvider
 from UnleashClient.cache import BaseCache
 
-from dsv41_flags.files import FileRefused, read_regular
+from dsv41_flags.files import FileRefused, read_regular, write_atomic
 from dsv41_flags.fleet_settings import FleetSettings
 from dsv41_flags.secrecy import masked_reason, masked_text, masked_url
 
@@ -60,18 +63,35 @@ class AnswerTooLarge(ValueError):
     """An answer of the flag service over its cap: refused before it is read whole."""
 
 
+def definitions_problem(body: bytes) -> str:
+    """Why ``body`` is not Unleash's answer of flag definitions (a JSON object with a list
+    ``features``; what UnleashClient then parses), ``""`` when it is one. UnleashClient keeps
+    the flags it had when its parse fails, and says nothing a caller can read: this is what the
+    watcher reports and counts instead."""
+    import json
+
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        return f"its answer is not JSON ({type(exc).__name__}); the flags read before stay"
+    if not isinstance(data, dict) or not isinstance(data.get("features"), list):
+        return ("its answer is not Unleash's flag definitions (a JSON object with a features "
+                "list); the flags read before stay")
+    return ""
+
+
 class CappedBody:
     """``requests.Response.raw`` (a urllib3 response, read by ``requests`` through ``stream``)
     cut off at ``limit`` decoded bytes: past it the connection is closed, ``on_refused(text)`` is
-    called and ``AnswerTooLarge`` raised; the whole body read calls ``on_read()``. Everything
-    else is the wrapped response's."""
+    called and ``AnswerTooLarge`` raised; the whole body read calls ``on_read(body)`` (bytes, at
+    most ``limit``). Everything else is the wrapped response's."""
 
     def __init__(self, raw: Any, limit: int, on_read, on_refused) -> None:
         self._raw, self._limit = raw, limit
         self._on_read, self._on_refused = on_read, on_refused
 
     def stream(self, amt: int = 2 ** 16, decode_content: bool | None = None):
-        seen = 0
+        seen, chunks = 0, []
         for chunk in self._raw.stream(amt, decode_content=decode_content):
             seen += len(chunk)
             if seen > self._limit:
@@ -79,8 +99,9 @@ class CappedBody:
                 text = f"its answer is larger than {self._limit >> 20} MiB"
                 self._on_refused(text)
                 raise AnswerTooLarge(text)
+            chunks.append(chunk)
             yield chunk
-        self._on_read()
+        self._on_read(b"".join(chunks))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
@@ -130,26 +151,32 @@ class UnleashFleetProvider(AbstractProvider):
 
         self.settings = settings
         self.base = settings.url.rstrip("/")
+        self.refresh_interval = max(1, round(settings.poll_interval_s))
+        self.request_timeout = max(1, round(min(settings.boot_timeout_s or 5, 10)))
         self.client = UnleashClient(
             url=self.base, app_name=settings.app_name,
             environment=settings.environment or "default",
             instance_id=settings.instance_id or "dsv41-flags",
-            refresh_interval=max(1, round(settings.poll_interval_s)),
+            refresh_interval=self.refresh_interval,
             metrics_interval=60, disable_metrics=True,
             custom_headers={"Authorization": token} if token else {},
-            request_timeout=max(1, round(min(settings.boot_timeout_s or 5, 10))),
+            request_timeout=self.request_timeout,
             request_retries=0, cache=MemoryCache(), verbose_log_level=10,
             # requests' public streaming and response hooks: an answer is read through
             # CappedBody, never whole past MAX_UNLEASH_ANSWER
             custom_options={"stream": True, "hooks": {"response": [self._capped]}})
         self._refusal = ""
         self._denied = ""
+        self._probe: threading.Thread | None = None
+        self._answered: float | None = None   # time.monotonic() of the last features answer
 
     def _capped(self, response: Any, *_args: Any, **_kwargs: Any) -> Any:
         """requests' response hook: refuse an answer whose ``Content-Length`` is over
         ``MAX_UNLEASH_ANSWER`` at once, and read any other through ``CappedBody``. Only the
         flag definitions' answer (``FEATURES_PATH``) moves ``refusal()``."""
         features = FEATURES_PATH in (response.url or "")
+        if features:
+            self._answered = time.monotonic()
         if features and response.status_code in (401, 403):
             self._denied = (f"it answered {response.status_code} to the token: "
                             "DSV41_FLEET_TOKEN or fleet.token_file is missing, wrong, or a token "
@@ -159,10 +186,12 @@ class UnleashFleetProvider(AbstractProvider):
                             "Unleash's client API (http://HOST:4242/api)?")
         elif features and response.status_code in (200, 304):
             self._denied = ""
+        elif features:   # a server error, or an answer Unleash does not give
+            self._denied = f"it answered {response.status_code} to the flag definitions"
 
-        def read() -> None:
-            if features:
-                self._refusal = ""
+        def read(body: bytes) -> None:
+            if features and response.status_code == 200:
+                self._refusal = definitions_problem(body)
 
         def refused(text: str) -> None:
             if features:
@@ -197,15 +226,42 @@ class UnleashFleetProvider(AbstractProvider):
         ``PROBE_TIMEOUT_S``; ``""`` when it can."""
         if self._denied:
             return self._denied
+        # UnleashClient retries nothing and raises on 5xx (its Retry), so such an answer never
+        # reaches the response hook: an answer of flag definitions missing for two polls says it
+        stale = 2 * self.refresh_interval + self.request_timeout + 1
+        if self._answered is None and self.client.is_initialized:
+            return ("it gave no answer of flag definitions (a server error, a timeout or a "
+                    "refused connection)")
+        if self._answered is not None and time.monotonic() - self._answered > stale:
+            return (f"it has given no answer of flag definitions for {stale:g} s (a server "
+                    f"error, a timeout or a refused connection)")
         root = self.base[:-4] if self.base.endswith("/api") else self.base
-        try:
-            with urllib.request.urlopen(root + "/health", timeout=PROBE_TIMEOUT_S) as reply:
-                return "" if reply.status == 200 else \
-                    f"{masked_url(root)}/health answered {reply.status}"
-        except urllib.error.HTTPError as exc:
-            return f"{masked_url(root)}/health answered {exc.code}"
-        except Exception as exc:  # URLError, timeout, reset: the service is not reachable
-            return masked_text(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")[:200]
+        shown = f"{masked_url(root)}/health"
+        if self._probe is not None and self._probe.is_alive():
+            return f"{shown} has not answered the previous probe yet"
+        outcome: dict[str, str] = {}
+
+        def probe() -> None:
+            try:
+                with urllib.request.urlopen(root + "/health", timeout=PROBE_TIMEOUT_S) as reply:
+                    reply.read(1024)
+                    outcome["why"] = "" if reply.status == 200 else \
+                        f"{shown} answered {reply.status}"
+            except urllib.error.HTTPError as exc:
+                outcome["why"] = f"{shown} answered {exc.code}"
+            except Exception as exc:  # URLError, timeout, reset: the service is not reachable
+                outcome["why"] = masked_text(
+                    f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")[:200]
+
+        # one deadline for the whole probe (a server that trickles its answer a byte at a time
+        # defeats a per-read timeout): the probe runs in a daemon thread joined with it, and
+        # one still waiting is not doubled
+        self._probe = threading.Thread(target=probe, name="dsv41-fleet-probe", daemon=True)
+        self._probe.start()
+        self._probe.join(PROBE_TIMEOUT_S)
+        if "why" not in outcome:
+            return f"{shown} did not answer within {PROBE_TIMEOUT_S:g} s"
+        return outcome["why"]
 
     def _context(self, context: EvaluationContext | None) -> dict:
         out: dict[str, Any] = {"environment": self.settings.environment or "default",
@@ -247,58 +303,113 @@ class UnleashFleetProvider(AbstractProvider):
         return self._wrong_type(flag_key, default_value)
 
 
-def flag_file_digest(path: str) -> str:
-    """``sha256:<hex>`` of the flagd file at ``path``: a regular file of at most
-    ``MAX_FLAG_FILE`` bytes, read without blocking (``files.read_regular``: a FIFO or a device
-    never hangs the caller). Raises ``files.FileRefused`` (an OSError naming the path and why)."""
-    return "sha256:" + hashlib.sha256(read_regular(path, MAX_FLAG_FILE)).hexdigest()
+class FlagFileCopy:
+    """The copy of an operator's flagd file that the flagd provider reads: the provider is never
+    pointed at the operator's file itself, whose reads it does with a blocking ``open`` on its
+    own thread (a FIFO swapped in would block it for good) and whose changes it sees only by a
+    newer modification time (a file put back with an older one, as ``cp -p`` or ``rsync -a``
+    leave it, would never be read).
+
+    ``refresh()`` reads the source without blocking (``files.read_regular``, regular files only,
+    at most ``MAX_FLAG_FILE`` bytes), refuses a YAML file with an alias (``*name``: a few hundred
+    bytes of anchors expand to gigabytes in the provider's parse), and writes what it accepts
+    atomically to a private directory of its own (``files.write_atomic``, mode 0600): a fresh
+    modification time, so the provider reads each accepted version once, whole. A refused or
+    unreadable version leaves the copy, and so the provider's flags, as they were. The copy is
+    named ``flags.yaml`` for a ``.yaml`` or ``.yml`` source (the provider reads YAML by that
+    suffix only), else ``flags.json``. ``digest``: ``sha256:<hex>`` of the copy (what the
+    provider reads), ``""`` before the first accepted read. ``close()`` removes the directory."""
+
+    def __init__(self, source: str) -> None:
+        import tempfile
+
+        self.source = source
+        self.directory = tempfile.mkdtemp(prefix="dsv41-flagd-")
+        yaml_file = source.lower().endswith((".yaml", ".yml"))
+        self.path = os.path.join(self.directory, "flags.yaml" if yaml_file else "flags.json")
+        self.yaml = yaml_file
+        self.digest = ""
+        self.unreadable = ""
+        self.refused = ""
+
+    def refresh(self) -> tuple[bool, str, str]:
+        """``(changed, unreadable, refused)``: whether a new version was written to the copy;
+        why the source cannot be read now (missing, a FIFO, a directory: ``""`` when it can); why
+        its content is refused (over the cap, a YAML alias: ``""`` when accepted). The last two
+        are kept as ``unreadable`` and ``refused``. Raises OSError when the copy cannot be
+        written (its directory removed, the disk full)."""
+        self.unreadable = self.refused = ""
+        try:
+            data = read_regular(self.source, MAX_FLAG_FILE)
+        except FileRefused as exc:
+            if exc.errno == errno.EFBIG:
+                self.refused = str(exc)
+            else:
+                self.unreadable = str(exc)
+            return False, self.unreadable, self.refused
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if digest == self.digest:
+            return False, "", ""
+        alias = yaml_alias(data) if self.yaml else ""
+        if alias:
+            self.refused = f"{self.source} {alias}"
+            return False, "", self.refused
+        write_atomic(self.path, data, mode=0o600)
+        self.digest = digest
+        return True, "", ""
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def flag_file_version(path: str) -> str:
-    """``flag_file_digest(path)``, or ``"unreadable"`` when the file is refused (what a
-    provenance or a ``requested_by`` names)."""
+def yaml_alias(data: bytes) -> str:
+    """Why the YAML text ``data`` is refused for its aliases (``"has a YAML alias *a at line 3:
+    ..."``), ``""`` when it has none or does not parse (the provider then refuses it itself).
+    Read as parse events (``yaml.parse``: no object is built, so nothing expands)."""
+    import yaml
+
     try:
-        return flag_file_digest(path)
-    except FileRefused:
-        return "unreadable"
+        for event in yaml.parse(data.decode("utf-8", "replace")):
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1 if event.start_mark is not None else "?"
+                return (f"has a YAML alias *{str(event.anchor)[:40]} at line {line}: refused "
+                        f"(aliases can expand a small file to gigabytes); write each value out")
+    except yaml.YAMLError:
+        return ""
+    return ""
 
 
-def provider(settings: FleetSettings, token: str) -> AbstractProvider:
-    """The provider ``settings`` name (``token``: the Unleash token, "" for none or for flagd)."""
+def provider(settings: FleetSettings, token: str, flag_file: FlagFileCopy | None = None
+             ) -> AbstractProvider:
+    """The provider ``settings`` name (``token``: the Unleash token, "" for none or for flagd;
+    ``flag_file``: for flagd, the copy it reads, ``FlagFileCopy``)."""
     if settings.provider == "flagd":
         from openfeature.contrib.provider.flagd import FlagdProvider
         from openfeature.contrib.provider.flagd.config import ResolverType
 
+        if flag_file is None:
+            raise ValueError("a flagd provider reads a FlagFileCopy of the flag file")
         return FlagdProvider(resolver_type=ResolverType.FILE,
-                             offline_flag_source_path=settings.path,
+                             offline_flag_source_path=flag_file.path,
                              deadline_ms=max(100, round(settings.poll_interval_s * 1000)))
     return UnleashFleetProvider(settings, token)
 
 
-def unreachable(source: AbstractProvider, settings: FleetSettings) -> str:
-    """Why the flag service cannot be read now, ``""`` when it can: the Unleash server's
-    ``/health``; for flagd, the file's existence and readability."""
+def unreachable(source: AbstractProvider | None, settings: FleetSettings) -> str:
+    """Why the flag service cannot be read now, ``""`` when it can: the Unleash server (its
+    ``/health``, the token's refusal); for flagd ``""``: its copy is always there, and the
+    operator's file is read by ``FlagFileCopy.refresh``, which says why it cannot be."""
     if isinstance(source, UnleashFleetProvider):
         return source.unreachable()
-    return file_problem(settings)
+    return ""
 
 
 def refusal(source: AbstractProvider) -> str | None:
     """Why the provider refused the flag service's last answer, ``""`` when it took it, or None
     for a provider that says so through OpenFeature's ``PROVIDER_ERROR`` event instead (flagd)."""
     return source.refusal() if isinstance(source, UnleashFleetProvider) else None
-
-
-def file_problem(settings: FleetSettings) -> str:
-    """Why the flagd file of ``settings`` cannot be read now (``files.FileRefused``'s words:
-    missing, a FIFO, too large...), ``""`` when it can or the provider is not flagd."""
-    if settings.provider != "flagd":
-        return ""
-    try:
-        flag_file_digest(settings.path)
-    except FileRefused as exc:
-        return str(exc)
-    return ""
 
 
 def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:

@@ -55,13 +55,14 @@ class FleetSettings(BaseModel):
 
     provider: Literal["unleash", "flagd"] = Field(description="unleash or flagd")
     prefix: str = Field("dsv41.", min_length=1, max_length=64,
-                        description="text of 1 to 64 characters (dsv41.)")
+                        description="printable ASCII text of 1 to 64 characters (dsv41.)")
     url: str = Field("", max_length=2048, description=(
         "the Unleash client API URL, http(s)://HOST[:PORT]/.../api (http://HOST:4242/api), with no credentials, query "
         "or fragment (the token goes in DSV41_FLEET_TOKEN or fleet.token_file)"))
     app_name: str = Field("dsv41-flags", min_length=1, max_length=128,
-                          description="text of 1 to 128 characters")
-    environment: str = Field("", max_length=128, description="text of at most 128 characters")
+                          description="printable ASCII text of 1 to 128 characters")
+    environment: str = Field("", max_length=128,
+                             description="printable ASCII text of at most 128 characters")
     token_file: str = Field("", max_length=4096, description="a path to a regular file")
     path: str = Field("", max_length=4096, description="a path to a flagd flag definition file (JSON or YAML)")
     poll_interval_s: float = Field(5.0, ge=0.1, le=3600,
@@ -71,7 +72,8 @@ class FleetSettings(BaseModel):
     required: bool = Field(False, description="true or false")
     min_switch_interval_s: float = Field(1.0, ge=0, le=3600,
                                          description="a number of seconds from 0 to 3600")
-    instance_id: str = Field("", max_length=256, description="text of at most 256 characters")
+    instance_id: str = Field("", max_length=256,
+                             description="printable ASCII text of at most 256 characters")
     labels: dict[str, str] = Field(default_factory=dict, max_length=64, description=(
         "a table of at most 64 text values, names of 1 to 64 characters, values of at most "
         "256 (labels = { cluster = \"canary\" })"))
@@ -85,6 +87,23 @@ class FleetSettings(BaseModel):
                                  f"most 256")
         return labels
 
+    @field_validator("app_name", "environment", "instance_id", "prefix")
+    @classmethod
+    def _header_text(cls, text: str) -> str:
+        # sent in HTTP headers (UNLEASH-APPNAME, UNLEASH-INSTANCEID) and flag names: one line
+        # of printable ASCII, or the request fails at boot and blames the flag service
+        if not all(" " <= c <= "~" for c in text):
+            raise ValueError("it holds a control or a non-ASCII character (it is sent in HTTP "
+                             "headers)")
+        return text
+
+    @field_validator("path", "token_file")
+    @classmethod
+    def _path(cls, path: str) -> str:
+        if "\x00" in path or not path.isprintable():
+            raise ValueError("it holds a NUL or a control character")
+        return path
+
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
@@ -95,6 +114,8 @@ class FleetSettings(BaseModel):
             parts.port  # noqa: B018 - raises ValueError for a port that is not a number
         except ValueError:
             raise ValueError("it is not a URL") from None
+        if not url.isprintable() or any(c.isspace() for c in url):
+            raise ValueError("it holds a space, a NUL or a control character")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("it is not an http:// or https:// URL with a host")
         if "@" in parts.netloc:

@@ -420,14 +420,16 @@ def test_a_fractional_rollout_is_stable_per_instance_and_splits_instances(make_r
     from openfeature.evaluation_context import EvaluationContext
 
     settings = FleetSettings(provider="flagd", path=str(path), poll_interval_s=0.2)
-    connection = fleet.connect(settings, "x", {}, {}, 5.0)
+    copy = fleet.flag_file_for(settings)
+    connection = fleet.connect(settings, "x", {}, {}, 5.0, copy)
     try:
         assert connection.problem == ""
         ids = [f"gpu-node-{i}:30000" for i in range(40)]
         answers = {key: fleet.evaluate(connection.client, "dsv41.folded_fence", False,
                                        EvaluationContext(targeting_key=key)) for key in ids}
     finally:
-        fleet.disconnect()
+        fleet.disconnect(connection)
+        copy.close()
     assert {ev.answer for ev in answers.values()} == {fleet.Answer.VALUE}
     on = [key for key, ev in answers.items() if ev.value]
     assert 8 <= len(on) <= 32, on   # 50/50 over the targeting key
@@ -1013,3 +1015,165 @@ def test_explain_refuses_an_unknown_fleet_field_and_says_an_invalid_table(cli, t
     r = cli("explain", "fleet", "-s", str(tmp_path / "settings.toml"))
     assert r.exit_code == 1 and "the fleet table is invalid" in r.stdout, r.output
     assert "fleet.required = 'yes'" in r.stderr
+
+
+# ------------------------------------------------------------------ the attacker's kinds
+@pytest.mark.parametrize("how", ["variable", "file"])
+def test_a_token_that_cannot_be_a_header_is_refused_and_never_shown(make_runtime, unleash,
+                                                                    tmp_path, how):
+    """A token with a line break (a header injection, or a token file of two lines) would make
+    the HTTP library's error quote it: it is refused, named by where it came from, never shown,
+    and never sent."""
+    secret = "SEKRIT-TOK"
+    env = {}
+    table = (f'[default.fleet]\nprovider = "unleash"\nurl = "{unleash.url}"\n'
+             'boot_timeout_s = 3\npoll_interval_s = 1\n')
+    if how == "variable":
+        env["DSV41_FLEET_TOKEN"] = f"{secret}\r\nX-Evil: 1"
+    else:
+        (tmp_path / "token").write_text(f"{secret}\nsecond line\n")
+        table += 'token_file = "token"\n'
+    unleash.body = _features(True)
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + table, env=env, argv=ARGV)
+    text = " ".join(p.message for p in rt.resolution.problems)
+    assert "(not shown) is refused" in text and "one line of visible ASCII" in text, text
+    assert secret not in text and secret not in rt.snapshot()
+    with capture_logs() as logs:
+        rt.announce()
+    assert secret not in repr(logs)
+
+
+def test_a_flag_file_swapped_for_a_fifo_then_back_still_switches(watch):
+    """The provider reads a private copy, never the operator's path: a FIFO swapped in is said
+    as unreachable, and the file put back (with an older modification time, as cp -p leaves
+    it) switches."""
+    w = watch({"dsv41.folded_fence": flag(False)})
+    os.unlink(w.path)
+    os.mkfifo(w.path)
+    wait_for(lambda: not w.watcher.status().reachable, "the FIFO said as unreachable")
+    assert "not a regular file" in w.watcher.status().problem
+    new = w.path.with_name("new.json")
+    write_flags(new, {"dsv41.folded_fence": flag(True)})
+    os.utime(new, (time.time() - 3600, time.time() - 3600))
+    os.replace(new, w.path)
+    wait_for(lambda: w.switch.calls, "the switch after the file is back")
+    assert w.switch.made() == [("folded_fence", True)]
+    assert w.switch.calls[0][3] == f"flagd:{w.path}@{sha256(w.path)}"
+
+
+BOMB = ('a: &a ["x","x","x","x","x","x","x","x","x"]\n'
+        + "".join(f'{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},'
+                  f'*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},'
+                  f'*{chr(97 + i)}]\n' for i in range(8))
+        + "flags: {}\n")
+
+
+def test_a_yaml_alias_bomb_is_refused_before_any_parse(make_runtime, tmp_path):
+    (tmp_path / "flags.yaml").write_text(BOMB)
+    started = time.monotonic()
+    rt = make_runtime(BASE.replace("strict = true", "strict = false")
+                      + FLEET.replace("flags.json", "flags.yaml"), argv=ARGV)
+    assert time.monotonic() - started < 30
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert "has a YAML alias *a at line 2" in problem.message, problem.message
+
+
+def test_a_yaml_alias_bomb_while_watching_is_refused_once(tmp_path):
+    path = tmp_path / "flags.yaml"
+    path.write_text('flags:\n  dsv41.folded_fence:\n    state: ENABLED\n    variants: {"on": true, '
+                    '"off": false}\n    defaultVariant: "off"\n')
+    settings = FleetSettings(provider="flagd", path=str(path), poll_interval_s=0.1,
+                             min_switch_interval_s=0.0)
+    switch, log = Switches(None), CapturingLogger()
+    watcher = fleet.Watcher(settings, {"targeting_key": "t:1"}, FEATURES,
+                            {"folded_fence": False, "autotune_keep": False}, switch, log)
+    watcher.start()
+    try:
+        wait_for(lambda: watcher.status().last_read, "the first read")
+        write_text(path, BOMB)
+        wait_for(lambda: watcher.status().refused, "the bomb refused")
+        time.sleep(0.5)
+        status = watcher.status()
+        assert status.refused == 1 and "has a YAML alias" in status.problem, status
+        assert switch.calls == [] and status.reachable
+    finally:
+        watcher.stop()
+
+
+def test_an_unleash_answer_that_is_not_flag_definitions_is_refused(make_runtime, unleash):
+    unleash.body = b"<html>maintenance</html>"
+    table = (f'[default.fleet]\nprovider = "unleash"\nurl = "{unleash.url}"\n'
+             'boot_timeout_s = 3\npoll_interval_s = 1\nrequired = true\n')
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + table, argv=ARGV)
+    assert "its answer is not JSON" in message(exc) and "the launch stops" in message(exc)
+    unleash.features_status = 500
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + table, argv=ARGV)
+    assert "it gave no answer of flag definitions (a server error" in message(exc)
+
+
+def test_a_health_probe_that_trickles_is_bounded(make_runtime):
+    """A server that sends /health a byte every 0.5 s: one deadline for the whole probe."""
+    import http.server
+    import socketserver
+
+    class Drip(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" * 100:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            except OSError:
+                pass
+
+    class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+        daemon_threads = True
+
+    server = Server(("127.0.0.1", 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        from dsv41_flags.fleet_providers import PROBE_TIMEOUT_S, UnleashFleetProvider
+
+        url = f"http://127.0.0.1:{server.server_address[1]}/api"
+        provider = UnleashFleetProvider(FleetSettings(provider="unleash", url=url), "")
+        started = time.monotonic()
+        why = provider.unreachable()
+        assert time.monotonic() - started < PROBE_TIMEOUT_S + 1.5
+        assert "did not answer within" in why, why
+        assert "has not answered the previous probe yet" in provider.unreachable()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_start_from_many_threads_starts_one_watcher(watch):
+    w = watch({"dsv41.folded_fence": flag(False)})
+    barrier = threading.Barrier(16)
+
+    def start():
+        barrier.wait()
+        w.watcher.start()
+    threads = [threading.Thread(target=start) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len([t for t in threading.enumerate() if t.name == "dsv41-fleet"
+                and t is w.watcher._thread]) == 1
+    assert len([t for t in threading.enumerate() if t.name == "dsv41-fleet"]) >= 1
+
+
+@pytest.mark.parametrize("field,value", [
+    ("app_name", "模型"), ("app_name", "a\r\nX-Evil: 1"), ("instance_id", "node\n1"),
+    ("environment", "prod\x07"), ("path", "flags\x07.json"),
+], ids=["cjk", "crlf", "newline", "bell", "path-bell"])
+def test_a_fleet_value_that_cannot_be_sent_is_a_settings_error(make_runtime, field, value):
+    table = '[default.fleet]\nprovider = "flagd"\npath = "flags.json"\n'
+    with pytest.raises(SettingsError) as exc:
+        make_runtime(BASE + table, env={f"DSV41_FLEET_{field.upper()}": value})
+    assert f"fleet.{field} = " in message(exc) and "character" in message(exc), message(exc)
