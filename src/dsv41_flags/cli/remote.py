@@ -348,11 +348,18 @@ def fleet_status(urls: list[str], as_json: bool, emit_json: Callable[[Any], None
 
     from dsv41_flags.cli.output import console
 
+    from concurrent.futures import ThreadPoolExecutor
+
+    checked = [check_url(url, err, as_json, emit_json, option="URL") for url in urls]
+
+    def ask(url: str):
+        return _call(lambda: adapter().remote_status(url, api_key=api_key, timeout_s=timeout_s),
+                     api_key)
+    # every server at once: N servers that do not answer take one --timeout, not N
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(checked)))) as pool:
+        answers = list(pool.map(ask, checked))
     servers = []
-    for url in urls:
-        url = check_url(url, err, as_json, emit_json, option="URL")
-        data, error = _call(lambda: adapter().remote_status(url, api_key=api_key,
-                                                            timeout_s=timeout_s), api_key)
+    for url, (data, error) in zip(checked, answers):
         fleet = None
         if not error:
             try:
