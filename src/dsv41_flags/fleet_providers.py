@@ -53,6 +53,8 @@ DOMAIN = "dsv41_flags.fleet"
 PROBE_TIMEOUT_S = 2.0
 #: the largest flagd file read for its digest (bytes); a larger one is refused
 MAX_FLAG_FILE = 4 << 20
+#: how often the flagd provider checks its private copy for a new version (milliseconds)
+COPY_POLL_MS = 100
 #: the largest answer of the Unleash server read (decoded bytes); a larger one is refused
 MAX_UNLEASH_ANSWER = 4 << 20
 #: the path of Unleash's client API that answers the flag definitions
@@ -391,9 +393,11 @@ def provider(settings: FleetSettings, token: str, flag_file: FlagFileCopy | None
 
         if flag_file is None:
             raise ValueError("a flagd provider reads a FlagFileCopy of the flag file")
+        # deadline_ms is its file poll: the copy is ours, private and local, so it is checked
+        # every 0.1 s (one stat), and an accepted version reaches the flags within that
         return FlagdProvider(resolver_type=ResolverType.FILE,
                              offline_flag_source_path=flag_file.path,
-                             deadline_ms=max(100, round(settings.poll_interval_s * 1000)))
+                             deadline_ms=COPY_POLL_MS)
     return UnleashFleetProvider(settings, token)
 
 
