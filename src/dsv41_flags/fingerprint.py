@@ -29,8 +29,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 
 from dsv41_flags.declare import Feature
 from dsv41_flags.engine import EngineFacts, engine_facts
-from dsv41_flags.fleet_settings import VARIABLES as FLEET_VARIABLES
-from dsv41_flags.names import ENV_PREFIX, RESERVED_KEYS, suggest
+from dsv41_flags.names import ENV_PREFIX, FLEET_VARIABLE_PREFIX, RESERVED_KEYS, suggest
 from dsv41_flags.errors import DeclarationError
 from dsv41_flags.resolution import EMPTY, Resolution
 from dsv41_flags.wire import dumps, jsonable
@@ -342,7 +341,7 @@ def compute(resolution: Resolution, features: Sequence[Feature], argv: Sequence[
             excluded[name] = volatile[name]
         elif name in reserved_vars or name.split("__")[0] in reserved_vars:
             excluded[name] = "reserved name of dsv41_flags"
-        elif name in FLEET_VARIABLES:
+        elif name.startswith(FLEET_VARIABLE_PREFIX):   # an unknown one is a settings error
             excluded[name] = ("fleet setting (where live values come from, like [default.fleet]): "
                               "the values it brings enter by resolved value")
         elif name in setting_vars:

@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dsv41_flags.names import ENV_PREFIX
+from dsv41_flags.names import FLEET_VARIABLE_PREFIX
 from dsv41_flags.values import CastError, Kind, cast
 
 #: the table's name in a profile, and the variables' prefix (``DSV41_FLEET_<FIELD>``)
 TABLE = "FLEET"
-VARIABLE_PREFIX = f"{ENV_PREFIX}{TABLE}_"
+VARIABLE_PREFIX = FLEET_VARIABLE_PREFIX
 #: the variable that holds the flag service's token (a secret: never kept, never shown)
 TOKEN_VAR = f"{VARIABLE_PREFIX}TOKEN"
 PROVIDERS = ("unleash", "flagd")

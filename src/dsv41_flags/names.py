@@ -13,6 +13,8 @@ from typing import Any, Iterable, NamedTuple
 from dsv41_flags.values import Kind
 
 ENV_PREFIX = "DSV41_"
+#: the prefix of the fleet settings' variables (``DSV41_FLEET_<FIELD>``, ``fleet_settings``)
+FLEET_VARIABLE_PREFIX = f"{ENV_PREFIX}FLEET_"
 #: the source of a key that no settings file and no variable sets: its declared default (the
 #: feature's ``Option.default`` / ``Feature.default``, or a reserved name's default). Never
 #: "default", which would read as the ``[default]`` profile.
