@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -95,6 +96,7 @@ def measure(srv, launch, changes: int, change) -> tuple[list[float], list[float]
     """``changes`` fleet changes (``change(value)`` makes one in the service) interleaved with
     as many direct switches; returns the two lists of seconds."""
     fleet_s, direct_s = [], []
+    phase = random.Random(9)   # fixed seed: the same phases run after run
     for _ in range(changes):
         target = not (ranks_value(srv, launch.url) == {True})
         started = time.monotonic()
@@ -104,7 +106,9 @@ def measure(srv, launch, changes: int, change) -> tuple[list[float], list[float]
         # a switch by hand overrides the fleet value until the flag changes again
         direct_s.append(direct(srv, launch.url, not target))
         change(not target)   # the service agrees with the ranks again before the next change
-        time.sleep(2 * POLL_S)
+        # a random phase against the watcher's poll: whole seconds here would land every change
+        # at the same point of its 1 s cycle, and measure that point, not the latency
+        time.sleep(2 * POLL_S + phase.uniform(0, POLL_S))
     return fleet_s, direct_s
 
 
