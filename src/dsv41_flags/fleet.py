@@ -214,7 +214,8 @@ def connect(settings: FleetSettings, key: str, attributes: Mapping[str, Any],
     import dsv41_flags.fleet_providers as providers
 
     context = EvaluationContext(targeting_key=key, attributes=dict(attributes))
-    token, problem = read_token(settings, environ)   # a problem is said; the service still asked
+    # flagd takes no token; for Unleash a problem is said and the service still asked
+    token, problem = read_token(settings, environ) if settings.provider == "unleash" else ("", "")
     if settings.provider == "flagd":
         if flag_file is None:
             raise ValueError("connect: a flagd fleet needs its FlagFileCopy")
@@ -286,9 +287,12 @@ def boot(resolution: Resolution, features: Sequence[Feature], facts: Mapping[str
                     down = ev.problem
                     break
                 if ev.answer == Answer.INVALID:
+                    outcome = ("refused; in strict mode a flag the service cannot give is an "
+                               "error: the launch stops" if strict else
+                               "refused, the settings' value stands")
                     problems.append(Problem(feature.flag, f"fleet flag {flag}", (
-                        f"{settings.where()}: {ev.problem}; refused, the settings' value stands; "
-                        f"accepted: a boolean flag whose definition resolves{_yaml_hint(settings, ev)}"),
+                        f"{settings.where()}: {ev.problem}; {outcome}; accepted: a boolean flag "
+                        f"whose definition resolves{_yaml_hint(settings, ev)}"),
                         "error" if strict else "warning"))
                 elif ev.answer == Answer.VALUE and known is not None:
                     read += 1
@@ -329,6 +333,22 @@ class Outcome(NamedTuple):
     ok: bool
     applied: bool | None
     reason: str = ""
+
+
+#: the reason of a row whose flag the service holds no value for (missing, or disabled in
+#: flagd): nothing is switched, and the value in effect stays until a launch reads the settings
+NO_VALUE = ("no value in the flag service (the flag is missing or disabled): the value in "
+            "effect stays; the next launch takes the settings' value")
+#: how a row's reason starts when the fleet's answer or its switch was refused: such a row
+#: never agrees, whatever the values (the server does not run what the service asked)
+REFUSED = "refused: "
+
+
+def agrees(fleet_value: bool | None, applied: bool | None, reason: str = "") -> bool:
+    """Whether a server runs what the flag service asks of it for one feature: the service has
+    no value for it, or its value is the one in effect, and nothing of it was refused
+    (``reason`` starting with ``REFUSED``: a flag that is not a boolean, a refused switch)."""
+    return (fleet_value is None or fleet_value == applied) and not reason.startswith(REFUSED)
 
 
 class Watcher:
@@ -382,8 +402,7 @@ class Watcher:
     def _row(self, name: str, **fields: Any) -> FleetFeature:
         with self._lock:
             row = self._rows[name].replace(**fields)
-            fleet, applied = row.fleet_value, row.applied
-            row = row.replace(agrees=fleet is None or fleet == applied)
+            row = row.replace(agrees=agrees(row.fleet_value, row.applied, row.reason))
             self._rows[name] = row
             return row
 
@@ -563,7 +582,7 @@ class Watcher:
         """Act on one flag's answer; True when its row changed."""
         row = self._rows[name]
         if ev.answer == Answer.INVALID:
-            problem = (ev.problem + _yaml_hint(self.settings, ev))[:300]
+            problem = (REFUSED + ev.problem + _yaml_hint(self.settings, ev))[:300]
             if row.reason != problem:
                 self._count("refused")
                 self.log.warning("fleet.refused", feature=name, flag=row.flag, reason=problem)
@@ -571,8 +590,11 @@ class Watcher:
                 return True
             return False
         if ev.answer == Answer.MISSING:
-            if row.fleet_value is not None or row.reason:
-                self._row(name, fleet_value=None, reason="")
+            if row.fleet_value is not None or row.reason not in ("", NO_VALUE):
+                if row.fleet_value is not None:
+                    self.log.info("fleet.change", feature=name, flag=row.flag, value=None,
+                                  applied=row.applied, reason=NO_VALUE)
+                self._row(name, fleet_value=None, reason=NO_VALUE, changed_at=now())
                 return True
             return False
         value = bool(ev.value)
@@ -619,7 +641,7 @@ class Watcher:
             # of the same value is reported and counted once
             self._interval[name] = min(MAX_BACKOFF_S, max(
                 1.0, self.settings.min_switch_interval_s, 2 * self._interval.get(name, 0.5)))
-            reason = f"refused: {outcome.reason}"[:300]
+            reason = f"{REFUSED}{outcome.reason}"[:300]
             if reason != row.reason or changed:
                 self._count("refused")
                 self.log.warning("fleet.refused", feature=name, flag=row.flag, value=value,

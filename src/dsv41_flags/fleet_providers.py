@@ -228,15 +228,24 @@ class UnleashFleetProvider(AbstractProvider):
         ``PROBE_TIMEOUT_S``; ``""`` when it can."""
         if self._denied:
             return self._denied
-        # UnleashClient retries nothing and raises on 5xx (its Retry), so such an answer never
-        # reaches the response hook: an answer of flag definitions missing for two polls says it
+        down = self._health()
+        if down:
+            return down
+        # the server is up, yet UnleashClient retries nothing and raises on a 5xx (its Retry),
+        # so such an answer never reaches the response hook: flag definitions missing for two
+        # polls say it
         stale = 2 * self.refresh_interval + self.request_timeout + 1
         if self._answered is None and self.client.is_initialized:
-            return ("it gave no answer of flag definitions (a server error, a timeout or a "
-                    "refused connection)")
+            return ("its /health answers, but it gave no answer of flag definitions (a server "
+                    "error or a timeout at /client/features)")
         if self._answered is not None and time.monotonic() - self._answered > stale:
-            return (f"it has given no answer of flag definitions for {stale:g} s (a server "
-                    f"error, a timeout or a refused connection)")
+            return (f"its /health answers, but it has given no answer of flag definitions for "
+                    f"{stale:g} s (a server error or a timeout at /client/features)")
+        return ""
+
+    def _health(self) -> str:
+        """Why ``GET <url>/../health`` does not answer 200 within ``PROBE_TIMEOUT_S`` (one
+        deadline for the whole probe), ``""`` when it does."""
         root = self.base[:-4] if self.base.endswith("/api") else self.base
         shown = f"{masked_url(root)}/health"
         if self._probe is not None and self._probe.is_alive():
@@ -352,9 +361,9 @@ class FlagFileCopy:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if digest == self.digest:
             return False, "", ""
-        alias = yaml_alias(data) if self.yaml else ""
-        if alias:
-            self.refused = f"{self.source} {alias}"
+        why = (yaml_alias(data) if self.yaml else "") or definitions_text_problem(data, self.yaml)
+        if why:
+            self.refused = f"{self.source} {why}"
             return False, "", self.refused
         write_atomic(self.path, data, mode=0o600)
         self.digest = digest
@@ -364,6 +373,39 @@ class FlagFileCopy:
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def definitions_text_problem(data: bytes, yaml_file: bool) -> str:
+    """Why ``data`` is not a flagd flag definition text (``"is not valid JSON: Expecting ','
+    at line 3 column 5; accepted: ..."``), ``""`` when it parses as JSON (or YAML, for
+    ``yaml_file``; its aliases refused first by ``yaml_alias``) into an object with a ``flags``
+    object. The flagd provider then checks each flag; this says where a file stops parsing,
+    which the provider does not."""
+    import json
+
+    accepted = ('accepted: flagd\'s flag definitions, {"flags": {"NAME": {"state": ..., '
+                '"variants": ..., "defaultVariant": ...}}}')
+    try:
+        if yaml_file:
+            import yaml
+
+            parsed = yaml.safe_load(data.decode("utf-8"))
+        else:
+            parsed = json.loads(data)
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 text (byte {exc.start}); {accepted}"
+    except json.JSONDecodeError as exc:
+        return f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}; {accepted}"
+    except RecursionError:
+        return f"is nested too deeply to read; {accepted}"
+    except Exception as exc:  # yaml.YAMLError and its marks
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or type(exc).__name__
+        return f"is not valid YAML: {what}{where}; {accepted}"
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("flags"), dict):
+        return f"has no flags object at its top; {accepted}"
+    return ""
 
 
 def yaml_alias(data: bytes) -> str:

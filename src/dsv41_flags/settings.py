@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
 from dsv41_flags.declare import Feature
-from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
+from dsv41_flags.names import (DECLARED_DEFAULT, ENV_PREFIX, FLEET_VARIABLE_PREFIX, PROFILE_VAR, RESERVED_KEYS, RESERVED_TYPES, SETTINGS_VAR,  # noqa: F401
                      SNAPSHOT_VAR, suggest)
 from dsv41_flags.errors import Problem, SettingsError
 from dsv41_flags.text import excerpt, quoted, exception_text
@@ -379,7 +379,7 @@ def fleet_table(settings: LoadedSettings, environ: Mapping[str, str],
             except CastError as exc:
                 problems.append(Problem(var, f"env {var}", f"{var}={quoted(environ[var])} "
                                         f"(environment variable) is not a valid fleet.{field}; "
-                                        f"accepted: {exc.accepted}"))
+                                        f"accepted: {exc.accepted if field == 'labels' else fleet_accepted(field)}"))
                 continue
             if field in ("path", "token_file") and value:
                 value = os.path.abspath(value)  # the launch's working directory, for every process
@@ -461,6 +461,11 @@ def _unknown_keys(settings: LoadedSettings, known: set[str], external: set[str],
                                         f"settings cannot be set through variables (set "
                                         f"{key.split('__')[0].lower()}.{key.split('__', 1)[1].lower()} "
                                         f"in settings.toml)"))
+            elif key not in known and name not in external and name.startswith(FLEET_VARIABLE_PREFIX):
+                fleet_vars = sorted(v for v in external if v.startswith(FLEET_VARIABLE_PREFIX))
+                problems.append(Problem(name, f"env {name}", f"environment variable {name} is not a "
+                                        f"fleet setting; accepted: {', '.join(fleet_vars)}"
+                                        f"{suggest(name, fleet_vars)}{tail}", severity))
             elif key not in known and name not in external:
                 problems.append(Problem(name, f"env {name}", f"environment variable {name} matches no "
                                         f"flag, option or reserved name{suggest(name, env_known)}{tail}",

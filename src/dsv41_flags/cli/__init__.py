@@ -478,9 +478,13 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
     if field is not None:
         _explain_fleet(resolution, field, as_json)
         return
+    fleet_problems = []
     if feature is not None and resolution.reserved.get("FLEET"):
-        # the fleet is the last layer: read once, as status and a boot read it
+        # the fleet is the last layer: read once, as status and a boot read it; what kept it
+        # from being read is said, and fails explain as it would stop the boot
+        before = set(resolution.problems)
         resolution = fleet_boot(resolution, features, [], os.environ)
+        fleet_problems = [p for p in resolution.problems if p not in before]
     if feature is not None:
         keys = feature.keys()
         shown = [wanted] if wanted != feature.flag else list(keys)
@@ -530,8 +534,10 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
     for o in data.get("options", ()):
         if is_secret(o["key"], secrets):
             o["default"] = MASK
-    bad = [p for p in resolution.problems if p.key in shown and p.severity == "error"]
-    data["problems"] = [p.message for p in resolution.problems if p.key in shown]
+    mine = [p for p in resolution.problems if p.key in shown] + [
+        p for p in fleet_problems if p.key not in shown]
+    bad = [p for p in mine if p.severity == "error"]
+    data["problems"] = [p.message for p in mine]
     if as_json:
         emit_json(data)
         raise typer.Exit(1 if bad else 0)
@@ -554,6 +560,9 @@ def explain(key: str = typer.Argument(..., metavar="KEY",
                   style="bold", highlight=False)
     for p in bad:
         err.print(f"error: {p.message}", style="red", highlight=False)
+    for p in mine:
+        if p.severity != "error":
+            err.print(f"warning: {p.message}", style="yellow", highlight=False)
     for k in shown:
         e = data["keys"][k]
         invalid = [layer["source"] for layer in e["layers"] if not layer["valid"]]
@@ -606,9 +615,14 @@ def _explain_fleet(resolution, field: str, as_json: bool) -> None:
     rows = []
     for name in names if table or not bad else ():   # an invalid table: its errors alone
         if name == "token":
-            rows.append({"key": "fleet.token", "value": MASK if os.environ.get(TOKEN_VAR) else None,
-                         "source": f"env {TOKEN_VAR}" if os.environ.get(TOKEN_VAR) else "(not set)",
-                         "accepted": f"a secret: only the variable {TOKEN_VAR} or fleet.token_file"})
+            token_file = values.get("token_file") or ""
+            source = (f"env {TOKEN_VAR} (it wins over fleet.token_file)" if os.environ.get(TOKEN_VAR)
+                      else f"the file fleet.token_file {token_file}" if token_file else "not set")
+            rows.append({"key": "fleet.token",
+                         "value": MASK if os.environ.get(TOKEN_VAR) or token_file else "",
+                         "source": source,
+                         "accepted": f"a secret: only the variable {TOKEN_VAR} or fleet.token_file"
+                                     " (Unleash only)"})
             continue
         info = FleetSettings.model_fields[name]
         value = values.get(name, None if info.is_required() else

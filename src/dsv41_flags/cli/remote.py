@@ -284,12 +284,14 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                     "RANKS DISAGREE: generations " + ", ".join(f"{_rank(r)}: {r.generation}"
                                                                for r in ranks))
             out.print(f"{url}: {len(ranks)} scheduler rank(s), {said}")
+            width = max([16] + [len(safe_text(f.name)) for p in (answer.server, *answer.processes, *ranks)
+                                if p is not None for f in p.features])
             for p in ((answer.server,) if answer.server is not None else ()) + answer.processes:
                 out.print(f"  {safe_text(p.role) or 'process'}  pid {p.pid}  " + (
                     f"generation {p.generation}" if p.ok else f"NOT ANSWERING: {safe_text(p.reason)}")
                     + ("  (the HTTP server)" if p is answer.server else ""))
                 for f in p.features:
-                    out.print(f"    {safe_text(f.name):<16} {safe_text(f.state):<12} "
+                    out.print(f"    {safe_text(f.name):<{width}} {safe_text(f.state):<12} "
                               f"{str(f.value):<6} {'live' if f.live else 'boot':<5} from {f.source}")
         for r in ranks:
             out.print(f"  {_rank(r)}  pid {r.pid}  step {r.step}  generation {r.generation}  "
@@ -301,7 +303,7 @@ def remote_status(url: str, as_json: bool, emit_json: Callable[[Any], None], *,
                           + (", ".join(map(safe_text, r.serving.pending)) or "none")
                           + (f"; other {', '.join(other)}" if other else ""))
             for f in r.features:
-                out.print(f"    {safe_text(f.name):<16} {safe_text(f.state):<12} {str(f.value):<6} "
+                out.print(f"    {safe_text(f.name):<{width}} {safe_text(f.state):<12} {str(f.value):<6} "
                           f"{'live' if f.live else 'boot':<5} from {f.source}")
             for t in r.switches[-3:]:
                 out.print(f"    switch generation {t.generation}: {t.feature} {_on(t.old)} -> "

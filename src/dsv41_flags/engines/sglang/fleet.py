@@ -21,7 +21,7 @@ import os
 from typing import Any
 
 from dsv41_flags.errors import SwitchError
-from dsv41_flags.fleet import Outcome, Watcher, configured
+from dsv41_flags.fleet import Outcome, Watcher, agrees, configured
 from dsv41_flags.secrecy import masked_reason
 from dsv41_flags.status import FleetStatus
 
@@ -130,9 +130,11 @@ def status_of(rt) -> FleetStatus | None:
     rows = []
     for row in status.features:
         value = applied.get(row.feature, row.applied)
-        agrees = row.fleet_value is None or row.fleet_value == value
-        reason = row.reason or ("" if agrees else OVERRIDDEN)
-        rows.append(row.replace(applied=value, agrees=agrees, reason=reason))
+        reason = row.reason
+        if not agrees(row.fleet_value, value, reason) and not reason:
+            reason = OVERRIDDEN
+        rows.append(row.replace(applied=value, agrees=agrees(row.fleet_value, value, reason),
+                                reason=reason))
     return status.replace(features=tuple(rows))
 
 
