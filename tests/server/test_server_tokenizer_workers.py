@@ -47,6 +47,10 @@ REFUSAL = ("404", "no dsv41_flags routes", "nothing was changed", "--tokenizer-w
 WORKER_LINE = re.compile(r"Start multi-tokenizer worker process (\d+)")
 
 
+#: the admin key of the launch under dsv41-flags run (its routes must check it themselves)
+ADMIN_KEY = "WORKERSADMIN"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
 def operator_settings(work: Path) -> Path:
     """``work/settings.toml`` with ``features/tw_cap.py`` beside it (the feature off at boot)."""
     (work / "features").mkdir(parents=True)
@@ -98,7 +102,8 @@ def launches(kit: Kit, tmp_path_factory):
     started = {
         "plain": Launch.server(kit, "plain", work / "plain", tp=1, bind="0", extra_args=args,
                                env_extra=env),
-        "run": Launch.server(kit, "run", work / "run", tp=1, bind="1", extra_args=args,
+        "run": Launch.server(kit, "run", work / "run", tp=1, bind="1",
+                             extra_args=args + ("--admin-api-key", ADMIN_KEY),
                              env_extra=env, prefix=(str(kit.cli), "run", "--")),
     }
     try:
@@ -137,7 +142,18 @@ def test_under_the_plain_plugin_a_switch_is_refused_naming_the_workers(kit, laun
 def test_under_dsv41_flags_run_a_switch_reaches_every_worker(kit, launches):
     run, workers = launches["run"]
     assert completion_tokens(run) == [8] * REQUESTS
-    code, answer = kit.cli_json("set", f"{CAP}=on", "--url", run.url, "--by", "test")
+    # sglang adds its key middleware in single-tokenizer mode only: the routes check the key
+    # themselves, with sglang's own decision (decide_request_auth)
+    for key in (None, "WRONG"):
+        code, answer = kit.cli_json("set", f"{CAP}=on", "--url", run.url, "--by", "test",
+                                    *(("--api-key", key) if key else ()))
+        assert code == 1 and answer["ok"] is False, answer
+        status, _ = http("GET", run.url + "/dsv41_flags/status", timeout=90,
+                         headers={"Authorization": f"Bearer {key}"} if key else None)
+        assert status == 401, status
+    assert run.events("feature.toggled") == []
+    code, answer = kit.cli_json("set", f"{CAP}=on", "--url", run.url, "--by", "test",
+                                "--api-key", ADMIN_KEY)
     assert code == 0 and answer["ok"] is True and answer["generation"] == 1, answer
     processes = answer["processes"]
     assert sorted(p["role"] for p in processes) == \
@@ -152,7 +168,7 @@ def test_under_dsv41_flags_run_a_switch_reaches_every_worker(kit, launches):
     # lists every other process of the launch, every one switched on at generation 1
     answered = set()
     for _ in range(STATUS_TRIES):
-        code, text = http("GET", run.url + "/dsv41_flags/status", timeout=90)
+        code, text = http("GET", run.url + "/dsv41_flags/status", timeout=90, headers=ADMIN)
         assert code == 200, text[:2000]
         data = json.loads(text)
         answered.add(data["server"]["pid"])
@@ -163,13 +179,14 @@ def test_under_dsv41_flags_run_a_switch_reaches_every_worker(kit, launches):
         if answered == set(workers):
             break
     assert answered == set(workers), (answered, workers)
-    code, status = kit.cli_json("status", "--url", run.url)
+    code, status = kit.cli_json("status", "--url", run.url, "--api-key", ADMIN_KEY)
     assert code == 0 and status["ok"] is True, status
     listed = sorted([status["server"]["pid"]] + [p["pid"] for p in status["processes"]])
     launcher = [e["pid"] for e in run.events("flags.resolved") if e["role"] == "launcher"]
     detokenizer = [e["pid"] for e in run.events("flags.resolved") if e["role"] == "detokenizer"]
     assert listed == sorted(workers + launcher + detokenizer), status
 
-    code, answer = kit.cli_json("set", f"{CAP}=off", "--url", run.url, "--by", "test")
+    code, answer = kit.cli_json("set", f"{CAP}=off", "--url", run.url, "--by", "test",
+                                "--api-key", ADMIN_KEY)
     assert code == 0 and answer["generation"] == 2, answer
     assert completion_tokens(run) == [8] * REQUESTS

@@ -102,11 +102,19 @@ def test_a_process_that_refuses_is_named_with_its_reason(launch):
     assert "no_such" in votes[1]["reason"] and peers.label(votes[1]) == f"detokenizer pid {proc.pid}"
 
 
-def test_a_gone_process_is_forgotten_and_a_silent_one_is_named(launch, short_tmp):
+def test_a_gone_process_is_named_never_dropped_and_a_silent_one_is_named(launch, short_tmp):
+    """A peer killed while serving is named in every answer as exited (not asked: no wait),
+    and does not stop a switch from reaching the processes that live."""
     rt, proc = launch
+    pid = proc.pid
     proc.kill()
     proc.wait(timeout=30)
-    assert peers.peer_sockets(rt.launch_pid) == []          # its socket was removed
+    answers = peers.call_all(rt, {"phase": "status"})
+    gone = [a for a in answers if a.get("pid") == pid]
+    assert gone == [{"ok": False, "exited": True, "role": "detokenizer", "pid": pid,
+                     "reason": peers.EXITED}], answers
+    votes, refusal = peers.vote(rt, {"phase": "check", **REQUEST})
+    assert refusal is None, refusal
     import zmq
 
     silent = zmq.Context.instance().socket(zmq.REP)        # bound, never answers
@@ -199,9 +207,9 @@ def test_a_peer_answer_that_is_not_valid_is_its_refusal_never_a_traceback(short_
     assert set(answer) == {"ok", "reason"}
 
 
-def test_a_socket_no_process_listens_on_is_removed_at_once(short_tmp):
+def test_a_socket_no_process_listens_on_is_named_exited_at_once(short_tmp):
     """A file left behind by a process whose pid is now another process's (pid reuse): no
-    listener, so it is not asked (no 10 s wait) and it is removed."""
+    listener, so it is not asked (no 10 s wait): it is named as exited."""
     import socket as socket_module
 
     directory = peers.launch_directory(os.getpid() + 1, create=True)
@@ -209,7 +217,8 @@ def test_a_socket_no_process_listens_on_is_removed_at_once(short_tmp):
     s = socket_module.socket(socket_module.AF_UNIX)
     s.bind(str(stale))
     s.close()                                                # bound, never listening
-    assert peers.peer_sockets(os.getpid() + 1) == [] and not stale.exists()
+    assert peers.peer_sockets(os.getpid() + 1) == [("detokenizer", os.getppid(), stale)]
+    assert stale.exists()   # kept: every answer of the launch names its process as exited
 
 
 # ---------------------------------------------------------------- the order (peers.switch_launch)

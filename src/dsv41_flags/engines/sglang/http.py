@@ -249,8 +249,38 @@ def install_http_routes(rt, module) -> None:
             lock = rt.live.transport["control_lock"] = asyncio.Lock()
         return client, tm, lock
 
+    def refused(request: Request):
+        """sglang's own decision for an ADMIN_OPTIONAL route (``decide_request_auth``), made
+        here too: sglang adds its key middleware in single-tokenizer mode only, so with
+        ``--tokenizer-worker-num N`` nothing else checks the key. None when allowed."""
+        from sglang.srt.runtime_context import get_serving
+        from sglang.srt.utils.auth import decide_request_auth
+
+        try:
+            serving = get_serving()   # the launch's published server settings
+        except ValueError:   # not published (an app built outside a launch): its manager's
+            try:
+                state = module.get_global_state()
+            except Exception:  # noqa: BLE001 - no state yet: no key is known to check
+                state = None
+            serving = getattr(getattr(state, "tokenizer_manager", None), "server_args", None)
+        decision = decide_request_auth(
+            method=request.method, path=request.url.path,
+            authorization_header=request.headers.get("Authorization"),
+            api_key=getattr(serving, "api_key", None),
+            admin_api_key=getattr(serving, "admin_api_key", None),
+            auth_level=AuthLevel.ADMIN_OPTIONAL)
+        if decision.allowed:
+            return None
+        code = decision.error_status_code
+        return JSONResponse({"ok": False, "error": "Unauthorized" if code == 401 else "Forbidden"},
+                            status_code=code)
+
     @auth_level(AuthLevel.ADMIN_OPTIONAL)
     async def dsv41_flags_set(request: Request):
+        denied = refused(request)
+        if denied is not None:
+            return denied
         host = request.client.host if request.client else "unknown"
         try:
             fields = parse_set_request(await read_body(request), host)
@@ -270,6 +300,9 @@ def install_http_routes(rt, module) -> None:
 
     @auth_level(AuthLevel.ADMIN_OPTIONAL)
     async def dsv41_flags_status(request: Request):
+        denied = refused(request)
+        if denied is not None:
+            return denied
         try:
             client, tm, lock = client_and_manager()
             async with lock:

@@ -235,8 +235,10 @@ def listen(rt) -> bool:
 
 
 def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
-    """``(role, pid, path)`` of every live peer of the launch but this process; a socket no
-    process listens on (its process is gone) is removed."""
+    """``(role, pid, path)`` of every peer of the launch but this process, live or gone: a
+    socket no process listens on is kept (``exited`` names its process in every answer, so a
+    peer that died is never dropped without a word); the launch directory goes with the
+    launch."""
     directory = launch_directory(launch_pid, create=False)
     found = []
     try:
@@ -247,14 +249,12 @@ def peer_sockets(launch_pid: int) -> list[tuple[str, int, Path]]:
         role, _, pid_text = path.name.rpartition("-")
         if not pid_text.isdigit() or int(pid_text) == os.getpid():
             continue
-        if not _listening(path):
-            try:
-                path.unlink()
-            except OSError:
-                pass
-            continue
         found.append((role, int(pid_text), path))
     return found
+
+
+#: the reason of a peer whose socket no process listens on any more
+EXITED = "the process exited (its socket no longer answers): it runs no feature; restart the server"
 
 
 def _listening(path: Path) -> bool:
@@ -299,6 +299,10 @@ def call_all(rt, request: dict) -> list[dict]:
     if rt.launch_pid is None:
         return answers
     for role, pid, path in peer_sockets(rt.launch_pid):
+        if not _listening(path):   # gone: named, never asked, never a vote against a switch
+            answers.append({"ok": False, "exited": True, "role": role, "pid": pid,
+                            "reason": EXITED})
+            continue
         reply = ask(path, request)
         answers.append({**reply, "role": role, "pid": pid})   # who it is: the socket's name
     return answers
@@ -311,9 +315,12 @@ def vote(rt, params: dict, tokenizer_workers: int = 1) -> tuple[list[dict], str 
     that answered no vote, counted only when the feature's patch is in place here, i.e. its
     target runs where requests are tokenized), else None."""
     votes = call_all(rt, {"phase": "check", **params})
-    blocked = [v for v in votes if not v.get("ok")]
+    # a peer that exited runs nothing: it does not stop a switch (a kill switch must still
+    # reach the live ones) and is named in the answer as not switched
+    blocked = [v for v in votes if not v.get("ok") and not v.get("exited")]
     if votes[0].get("state") in (State.INSTALLED, State.BYPASSED):
-        reached = sum(1 for v in votes if v.get("ok") and v.get("role") == TOKENIZER_WORKER)
+        reached = sum(1 for v in votes if v.get("role") == TOKENIZER_WORKER
+                      and (v.get("ok") or v.get("exited")))
         blocked += unreached(tokenizer_workers, reached)
     if not blocked:
         return votes, None
@@ -323,7 +330,7 @@ def vote(rt, params: dict, tokenizer_workers: int = 1) -> tuple[list[dict], str 
 
 def behind(votes: list[dict], generation: int) -> str | None:
     """Which processes are not on the ranks' ``generation`` (a refusal), or None."""
-    others = [v for v in votes if v.get("generation") != generation]
+    others = [v for v in votes if v.get("generation") != generation and not v.get("exited")]
     if not others:
         return None
     return (f"the ranks are on generation {generation}, "
@@ -336,7 +343,7 @@ def apply(rt, params: dict, generation: int, request_id: str) -> tuple[list[dict
     (the caller rolls back the ranks)."""
     applied = call_all(rt, {"phase": "apply", "generation": generation, "request_id": request_id,
                             **params})
-    failed = [a for a in applied if not a.get("ok")]
+    failed = [a for a in applied if not a.get("ok") and not a.get("exited")]
     if not failed:
         return applied, None
     call_all(rt, {"phase": "rollback", "undo": request_id, **params})
@@ -373,13 +380,13 @@ def switch_launch(rt, params: dict, *, check: Callable[[], dict],
         return ranks
     votes, refusal = vote(rt, params, tokenizer_workers)
     ranks = {**ranks, "processes": votes}
-    if refusal:
-        return {**ranks, "ok": False, "error": refusal}
+    if refusal:   # nothing changed: the check's would-be change is not said as one
+        return {**ranks, "ok": False, "changed": False, "error": refusal}
     generations = sorted({r.get("generation") for r in ranks["ranks"]})
     apart = (f"the data-parallel groups are on different generations {generations}"
              if len(generations) > 1 else behind(votes, generations[0]))
     if apart:
-        return {**ranks, "ok": False, "error": (
+        return {**ranks, "ok": False, "changed": False, "error": (
             f"switch {params['name']}={params['value']!r} refused, nothing changed: {apart}")}
     # applied even when every rank has that value already: each rank then records the request
     # (feature.toggle_unchanged) and keeps its generation
@@ -394,7 +401,7 @@ def switch_launch(rt, params: dict, *, check: Callable[[], dict],
     elif (applied.get("groups") or 1) == 1:
         return applied
     undo = rollback_ranks(request_id)
-    return {**applied, "ok": False, "rolled_back": undo.get("ranks") or [],
+    return {**applied, "ok": False, "changed": False, "rolled_back": undo.get("ranks") or [],
             "error": f"{failure or applied.get('error')}; every process that applied it rolled back"}
 
 
@@ -418,7 +425,9 @@ def unreached(tokenizer_workers: int, reached: int = 0) -> list[dict]:
         return []
     return [{"ok": False, "role": TOKENIZER_WORKER, "count": missing, "of": tokenizer_workers,
              "reason": f"--tokenizer-worker-num {tokenizer_workers}: {missing} of the "
-                       f"{tokenizer_workers} tokenizer workers answered no vote; sglang does not "
-                       f"load plugins in its tokenizer workers, so a feature whose target runs "
-                       f"there is not switched there (launch the server under dsv41-flags run -- "
-                       f"or dsv41-flags serve to activate every worker)"}]
+                       f"{tokenizer_workers} tokenizer workers answered no vote (one still "
+                       f"starting, or one the framework never entered: sglang does not load "
+                       f"plugins in its tokenizer workers, only dsv41-flags run -- and dsv41-flags "
+                       f"serve activate them), so a feature whose target runs there cannot be "
+                       f"switched in every worker; try again once every worker serves, or relaunch "
+                       f"under dsv41-flags serve"}]
