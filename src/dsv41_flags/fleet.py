@@ -193,6 +193,7 @@ class Connection(NamedTuple):
     problem: str
     flag_file: Any = None
     token: str = ""
+    domain: str = ""
 
     def __repr__(self) -> str:  # never the token
         return f"Connection(provider={type(self.provider).__name__}, problem={self.problem!r})"
@@ -224,8 +225,10 @@ def connect(settings: FleetSettings, key: str, attributes: Mapping[str, Any],
             if unreadable or refused:
                 return Connection(None, None, context, unreadable or refused, flag_file)
     source = providers.provider(settings, token, flag_file)
-    client, not_ready = providers.register(source, timeout_s)
-    connection = Connection(client, source, context, problem or not_ready, flag_file, token)
+    domain = providers.new_domain()
+    client, not_ready = providers.register(source, timeout_s, domain)
+    connection = Connection(client, source, context, problem or not_ready, flag_file, token,
+                            domain)
     return connection._replace(problem=connection.scrub(connection.problem))
 
 
@@ -234,8 +237,10 @@ def disconnect(connection: Connection | None = None) -> None:
     threads."""
     import dsv41_flags.fleet_providers as providers
 
-    if connection is None or connection.provider is not None:
+    if connection is None:
         providers.unregister()
+    elif connection.provider is not None:
+        providers.unregister(connection.domain)
 
 
 def flag_file_for(settings: FleetSettings) -> Any:
@@ -456,7 +461,13 @@ class Watcher:
                         self.log.info("fleet.connected", where=self.settings.where(),
                                       instance_id=self.key, problem=connection.problem or None)
                 self._due = float("inf")
-                ok = self._read(connection)
+                try:
+                    ok = self._read(connection)
+                except Exception as exc:  # one read's failure is said; the next read tries again
+                    self.log.error("fleet.failed", error=connection.scrub(masked_reason(exc)),
+                                   what="this read of the flag service; the values stay")
+                    self._unreachable(connection.scrub(masked_reason(exc)))
+                    ok = False
                 backoff = self.settings.poll_interval_s if ok else min(
                     MAX_BACKOFF_S, max(backoff * 2, self.settings.poll_interval_s))
                 # a change held back by min_switch_interval_s is read again when it may switch

@@ -79,23 +79,36 @@ def definitions_problem(body: bytes) -> str:
     if not isinstance(data, dict) or not isinstance(data.get("features"), list):
         return ("its answer is not Unleash's flag definitions (a JSON object with a features "
                 "list); the flags read before stay")
+    for i, entry in enumerate(data["features"]):
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                and isinstance(entry.get("enabled", False), bool)
+                and isinstance(entry.get("strategies", []), list)):
+            return (f"its flag definition {i} is not one (a name, a boolean enabled, a list of "
+                    f"strategies); the flags read before stay")
     return ""
 
 
 class CappedBody:
     """``requests.Response.raw`` (a urllib3 response, read by ``requests`` through ``stream``)
-    cut off at ``limit`` decoded bytes: past it the connection is closed, ``on_refused(text)`` is
-    called and ``AnswerTooLarge`` raised; the whole body read calls ``on_read(body)`` (bytes, at
+    cut off at ``limit`` decoded bytes, or ``deadline_s`` seconds after its first chunk (a body
+    that trickles): past either the connection is closed, ``on_refused(text)`` is called and
+    ``AnswerTooLarge`` raised; the whole body read calls ``on_read(body)`` (bytes, at
     most ``limit``). Everything else is the wrapped response's."""
 
-    def __init__(self, raw: Any, limit: int, on_read, on_refused) -> None:
-        self._raw, self._limit = raw, limit
+    def __init__(self, raw: Any, limit: int, on_read, on_refused, deadline_s: float = 10.0) -> None:
+        self._raw, self._limit, self._deadline_s = raw, limit, deadline_s
         self._on_read, self._on_refused = on_read, on_refused
 
     def stream(self, amt: int = 2 ** 16, decode_content: bool | None = None):
         seen, chunks = 0, []
+        started = time.monotonic()
         for chunk in self._raw.stream(amt, decode_content=decode_content):
             seen += len(chunk)
+            if time.monotonic() - started > self._deadline_s:   # a body that trickles
+                self._raw.close()
+                text = f"its answer took longer than {self._deadline_s:g} s to arrive: cut off"
+                self._on_refused(text)
+                raise AnswerTooLarge(text)
             if seen > self._limit:
                 self._raw.close()
                 text = f"its answer is larger than {self._limit >> 20} MiB"
@@ -204,7 +217,8 @@ class UnleashFleetProvider(AbstractProvider):
             text = f"its answer is larger than {MAX_UNLEASH_ANSWER >> 20} MiB ({int(length)} bytes)"
             refused(text)
             raise AnswerTooLarge(text)
-        response.raw = CappedBody(response.raw, MAX_UNLEASH_ANSWER, read, refused)
+        response.raw = CappedBody(response.raw, MAX_UNLEASH_ANSWER, read, refused,
+                                  deadline_s=2.0 * self.request_timeout)
         return response
 
     def refusal(self) -> str:
@@ -342,6 +356,10 @@ class FlagFileCopy:
         self.digest = ""
         self.unreadable = ""
         self.refused = ""
+        self._refused_digest = ""   # a refused version is checked once, not at every read
+        import atexit
+
+        atexit.register(self.close)   # a process that ends without stop() leaves no copy
 
     def refresh(self) -> tuple[bool, str, str]:
         """``(changed, unreadable, refused)``: whether a new version was written to the copy;
@@ -361,18 +379,36 @@ class FlagFileCopy:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if digest == self.digest:
             return False, "", ""
-        why = (yaml_alias(data) if self.yaml else "") or definitions_text_problem(data, self.yaml)
-        if why:
-            self.refused = f"{self.source} {why}"
+        if digest == self._refused_digest:
+            self.refused = self._refused_why
             return False, "", self.refused
-        write_atomic(self.path, data, mode=0o600)
+        # cheapest first: the depth before any parser, the aliases before YAML builds anything
+        why = ((nesting_problem(data) or yaml_alias(data)) if self.yaml else "") \
+            or definitions_text_problem(data, self.yaml)
+        if why:
+            self.refused = self._refused_why = f"{self.source} {why}"
+            self._refused_digest = digest
+            return False, "", self.refused
+        try:
+            # its directory removed meanwhile (a tmp cleaner): made again, private
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            write_atomic(self.path, data, mode=0o600)
+        except OSError as exc:
+            self.unreadable = (f"the provider's private copy {self.path} cannot be written "
+                               f"({exc.strerror or exc}); the flags read before stay")
+            return False, self.unreadable, ""
         self.digest = digest
         return True, "", ""
 
+    _refused_why = ""
+
     def close(self) -> None:
+        """Remove the private directory (idempotent)."""
+        import atexit
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)
+        atexit.unregister(self.close)
 
 
 def definitions_text_problem(data: bytes, yaml_file: bool) -> str:
@@ -405,6 +441,74 @@ def definitions_text_problem(data: bytes, yaml_file: bool) -> str:
         return f"is not valid YAML: {what}{where}; {accepted}"
     if not isinstance(parsed, dict) or not isinstance(parsed.get("flags"), dict):
         return f"has no flags object at its top; {accepted}"
+    return evaluators_problem(parsed)
+
+
+#: the deepest nesting of brackets or indentation a flag file may have (flagd's own flags
+#: nest a few levels; JSON Logic rules a few dozen)
+MAX_NESTING = 256
+
+
+def nesting_problem(data: bytes) -> str:
+    """Why the YAML text ``data`` nests too deeply to parse safely (``""`` when it does not),
+    found before any parser runs (PyYAML spends time quadratic in the depth: a million
+    brackets took minutes): its ``[``/``{`` depth, every bracket counted (a quote cannot hide
+    one: YAML's plain scalars hold apostrophes), and its lines' indentation. JSON needs none of
+    this: its parser refuses deep nesting at once."""
+    depth = deepest = 0
+    for byte in data.translate(None, delete=bytes(set(range(256)) - set(b"[]{}"))):
+        if byte in b"[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_NESTING:
+                    return f"nests deeper than {MAX_NESTING} levels"
+        else:
+            depth -= 1
+    indent = max((len(line) - len(line.lstrip(b" ")) for line in data.splitlines()), default=0)
+    if indent > 4 * MAX_NESTING:
+        return f"is indented deeper than {4 * MAX_NESTING} columns"
+    return ""
+
+
+def evaluators_problem(parsed: dict) -> str:
+    """Why the ``$evaluators`` of a parsed flag file are refused: a ``$ref`` to no evaluator, a
+    cycle, or a size once every ``$ref`` is put in place (what flagd's provider builds) over
+    ``MAX_FLAG_FILE`` (two refs per level double it: 40 levels of 2 KB are terabytes).
+    ``""`` when they are fine or absent. Sizes are computed, never built."""
+    import json
+
+    evaluators = parsed.get("$evaluators") or {}
+    if not isinstance(evaluators, dict):
+        return "has $evaluators that are not an object"
+    sizes: dict[str, int] = {}
+
+    def size(node, stack: tuple[str, ...]) -> int:
+        if isinstance(node, dict):
+            ref = node.get("$ref") if len(node) == 1 else None
+            if isinstance(ref, str):
+                if ref in stack:
+                    raise ValueError(f"has a $ref cycle through {ref!r}")
+                if ref not in evaluators:
+                    raise ValueError(f"has a $ref to no evaluator: {ref[:40]!r}")
+                if ref not in sizes:
+                    sizes[ref] = size(evaluators[ref], stack + (ref,))
+                return sizes[ref]
+            total = 2 + sum(len(json.dumps(k)) + 2 + size(v, stack) for k, v in node.items())
+        elif isinstance(node, list):
+            total = 2 + sum(size(v, stack) + 1 for v in node)
+        else:
+            total = len(json.dumps(node))
+        if total > MAX_FLAG_FILE:
+            raise ValueError(f"expands past {MAX_FLAG_FILE >> 20} MiB once its $ref are put "
+                             f"in place")
+        return total
+    try:
+        size(parsed.get("flags"), ())
+        for name, rule in evaluators.items():
+            size(rule, (name,))
+    except ValueError as exc:
+        return str(exc)
     return ""
 
 
@@ -458,8 +562,14 @@ def refusal(source: AbstractProvider) -> str | None:
     return source.refusal() if isinstance(source, UnleashFleetProvider) else None
 
 
-def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:
-    """Register ``source`` under ``DOMAIN`` and wait at most ``timeout_s`` seconds for it to be
+def new_domain() -> str:
+    """A domain of its own for one connection (``DOMAIN.<random>``): two watchers or a boot
+    read beside a watcher in one process never share, or replace, each other's provider."""
+    return f"{DOMAIN}.{os.urandom(6).hex()}"
+
+
+def register(source: AbstractProvider, timeout_s: float, domain: str = DOMAIN) -> tuple[Any, str]:
+    """Register ``source`` under ``domain`` and wait at most ``timeout_s`` seconds for it to be
     ready. Returns ``(client, problem)``: the OpenFeature client of the domain, and ``""`` or why
     the provider is not ready (its initialisation raised or did not end in time: it goes on in
     a daemon thread, and the client answers ``PROVIDER_NOT_READY`` until it is)."""
@@ -468,7 +578,7 @@ def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:
 
     def initialise() -> None:
         try:
-            api.set_provider_and_wait(source, domain=DOMAIN)
+            api.set_provider_and_wait(source, domain=domain)
         except Exception as exc:  # the provider's own error, said in the problem
             outcome["problem"] = _failure(exc)
         done.set()
@@ -476,7 +586,7 @@ def register(source: AbstractProvider, timeout_s: float) -> tuple[Any, str]:
     threading.Thread(target=initialise, name="dsv41-fleet-init", daemon=True).start()
     if not done.wait(timeout_s):
         outcome["problem"] = f"the flag service did not answer within {timeout_s:g} s"
-    return api.get_client(domain=DOMAIN), outcome.get("problem", "")
+    return api.get_client(domain=domain), outcome.get("problem", "")
 
 
 def _failure(exc: BaseException) -> str:
@@ -489,6 +599,6 @@ def _failure(exc: BaseException) -> str:
     return text[:300]
 
 
-def unregister() -> None:
+def unregister(domain: str = DOMAIN) -> None:
     """Shut the domain's provider down (its threads stop): a no-op provider takes its place."""
-    api.set_provider(NoOpProvider(), domain=DOMAIN)
+    api.set_provider(NoOpProvider(), domain=domain)

@@ -116,6 +116,8 @@ class FleetSettings(BaseModel):
             raise ValueError("it is not a URL") from None
         if not url.isprintable() or any(c.isspace() for c in url):
             raise ValueError("it holds a space, a NUL or a control character")
+        if parts.port == 0:
+            raise ValueError("its port is 0 (accepted: 1 to 65535)")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("it is not an http:// or https:// URL with a host")
         if "@" in parts.netloc:

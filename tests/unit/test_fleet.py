@@ -1181,3 +1181,72 @@ def test_a_fleet_value_that_cannot_be_sent_is_a_settings_error(make_runtime, fie
     with pytest.raises(SettingsError) as exc:
         make_runtime(BASE + table, env={f"DSV41_FLEET_{field.upper()}": value})
     assert f"fleet.{field} = " in message(exc) and "character" in message(exc), message(exc)
+
+
+# ------------------------------------------------------------------ the second attacker's kinds
+def test_a_deeply_nested_yaml_file_is_refused_before_any_parse(make_runtime, tmp_path):
+    (tmp_path / "flags.yaml").write_text("flags: " + "[" * 200000 + "]" * 200000 + "\n")
+    started = time.monotonic()
+    rt = make_runtime(BASE.replace("strict = true", "strict = false")
+                      + FLEET.replace("flags.json", "flags.yaml"), argv=ARGV)
+    assert time.monotonic() - started < 15
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert "nests deeper than 256 levels" in problem.message, problem.message
+
+
+def test_evaluators_that_expand_past_the_cap_are_refused(make_runtime, tmp_path):
+    evaluators = {f"e{i}": {"or": [{"$ref": f"e{i + 1}"}, {"$ref": f"e{i + 1}"}]} for i in range(40)}
+    evaluators["e40"] = {"==": [1, 1]}
+    fence = {**flag(True), "targeting": {"if": [{"$ref": "e0"}, "on", "off"]}}
+    write_text(tmp_path / "flags.json", json.dumps({"flags": {"dsv41.folded_fence": fence},
+                                                    "$evaluators": evaluators}))
+    started = time.monotonic()
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + FLEET, argv=ARGV)
+    assert time.monotonic() - started < 15
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert "expands past 4 MiB once its $ref are put in place" in problem.message
+
+
+def test_the_copy_directory_removed_while_watching_is_made_again(watch):
+    import shutil
+
+    w = watch({"dsv41.folded_fence": flag(False)})
+    shutil.rmtree(w.watcher._flag_file.directory)
+    write_flags(w.path, {"dsv41.folded_fence": flag(True)})
+    wait_for(lambda: w.switch.calls, "the switch after the copy directory is gone", timeout=10)
+    assert w.switch.made() == [("folded_fence", True)] and w.watcher._thread.is_alive()
+
+
+def test_two_watchers_in_one_process_read_each_their_own_file(tmp_path):
+    made = []
+    for name, on in (("m1.json", False), ("m2.json", True)):
+        write_flags(tmp_path / name, {"dsv41.folded_fence": flag(on)})
+        settings = FleetSettings(provider="flagd", path=str(tmp_path / name), poll_interval_s=0.1,
+                                 min_switch_interval_s=0.0)
+        switch = Switches(None)
+        w = fleet.Watcher(settings, {"targeting_key": name}, FEATURES,
+                          {"folded_fence": False, "autotune_keep": False}, switch,
+                          CapturingLogger())
+        w.start()
+        made.append((w, switch))
+    try:
+        wait_for(lambda: made[1][1].calls, "the second watcher's switch")
+        time.sleep(0.5)
+        assert made[0][1].calls == [], made[0][1].calls      # m1 says off: nothing to switch
+        made[1][0].stop()
+        write_flags(tmp_path / "m1.json", {"dsv41.folded_fence": flag(True)})
+        wait_for(lambda: made[0][1].calls, "the first watcher still reads its own file")
+        assert made[0][1].calls[0][3].startswith(f"flagd:{tmp_path / 'm1.json'}@")
+    finally:
+        for w, _ in made:
+            w.stop()
+
+
+def test_unleash_flag_entries_that_are_not_definitions_are_refused(make_runtime, unleash):
+    unleash.body = json.dumps({"version": 1, "features": [
+        1, {"name": "dsv41.folded_fence", "enabled": "yes", "strategies": "zz"}]}).encode()
+    table = (f'[default.fleet]\nprovider = "unleash"\nurl = "{unleash.url}"\n'
+             'boot_timeout_s = 3\npoll_interval_s = 1\n')
+    rt = make_runtime(BASE.replace("strict = true", "strict = false") + table, argv=ARGV)
+    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
+    assert "its flag definition 0 is not one" in problem.message, problem.message
