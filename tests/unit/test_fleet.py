@@ -1072,14 +1072,19 @@ BOMB = ('a: &a ["x","x","x","x","x","x","x","x","x"]\n'
         + "flags: {}\n")
 
 
-def test_a_yaml_alias_bomb_is_refused_before_any_parse(make_runtime, tmp_path):
-    (tmp_path / "flags.yaml").write_text(BOMB)
+@pytest.mark.parametrize("text,expected", [
+    pytest.param(BOMB, "has a YAML alias *a at line 2", id="alias-bomb"),
+    pytest.param("flags: " + "[" * 200000 + "]" * 200000 + "\n", "nests deeper than 256 levels",
+                 id="deep"),
+])
+def test_a_hostile_yaml_file_is_refused_before_any_parse(make_runtime, tmp_path, text, expected):
+    (tmp_path / "flags.yaml").write_text(text)
     started = time.monotonic()
     rt = make_runtime(BASE.replace("strict = true", "strict = false")
                       + FLEET.replace("flags.json", "flags.yaml"), argv=ARGV)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 15
     [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
-    assert "has a YAML alias *a at line 2" in problem.message, problem.message
+    assert expected in problem.message, problem.message
 
 
 def test_a_yaml_alias_bomb_while_watching_is_refused_once(tmp_path):
@@ -1184,16 +1189,6 @@ def test_a_fleet_value_that_cannot_be_sent_is_a_settings_error(make_runtime, fie
 
 
 # ------------------------------------------------------------------ the second attacker's kinds
-def test_a_deeply_nested_yaml_file_is_refused_before_any_parse(make_runtime, tmp_path):
-    (tmp_path / "flags.yaml").write_text("flags: " + "[" * 200000 + "]" * 200000 + "\n")
-    started = time.monotonic()
-    rt = make_runtime(BASE.replace("strict = true", "strict = false")
-                      + FLEET.replace("flags.json", "flags.yaml"), argv=ARGV)
-    assert time.monotonic() - started < 15
-    [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
-    assert "nests deeper than 256 levels" in problem.message, problem.message
-
-
 def test_evaluators_that_expand_past_the_cap_are_refused(make_runtime, tmp_path):
     evaluators = {f"e{i}": {"or": [{"$ref": f"e{i + 1}"}, {"$ref": f"e{i + 1}"}]} for i in range(40)}
     evaluators["e40"] = {"==": [1, 1]}

@@ -104,13 +104,18 @@ def _write_states(rt, gauges: dict[str, Any], labels: dict[str, str]) -> None:
     gauges["generation"].labels(**labels).set(rt.live.generation)
 
 
-def update_safely(rt) -> None:
-    """``update(rt)``, a failure reported (``flags.metrics_failed``), never raised into sglang's
-    event loop."""
+def _safely(rt, write) -> None:
+    """``write(rt)``, a failure reported (``flags.metrics_failed``), never raised into sglang's
+    event loop or a process's state change: metrics never stop a process."""
     try:
-        update(rt)
-    except Exception as exc:  # noqa: BLE001 - metrics never stop a rank
+        write(rt)
+    except Exception as exc:  # noqa: BLE001 - metrics never stop a process
         rt.log.warning("flags.metrics_failed", error=f"{exception_text(exc)}")
+
+
+def update_safely(rt) -> None:
+    """``update(rt)`` through ``_safely``."""
+    _safely(rt, update)
 
 
 PROCESS_STATE_METRIC = "dsv41_flags_process_feature_state"
@@ -147,11 +152,8 @@ def _process_gauges(prom) -> dict[str, Any]:
 
 
 def update_process_safely(rt) -> None:
-    """``update_process(rt)``, a failure reported (``flags.metrics_failed``), never raised."""
-    try:
-        update_process(rt)
-    except Exception as exc:  # noqa: BLE001 - metrics never stop a process
-        rt.log.warning("flags.metrics_failed", error=f"{exception_text(exc)}")
+    """``update_process(rt)`` through ``_safely``."""
+    _safely(rt, update_process)
 
 
 FLEET_VALUE_METRIC = "dsv41_flags_fleet_value"
