@@ -190,7 +190,8 @@ def write_atomic(path: os.PathLike | str, data: bytes, *, mode: int | None = Non
     return path
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -229,7 +230,7 @@ def clean_stale_temps(directory: os.PathLike | str, name: str | None = None, *,
             continue
         parts = fname.rsplit(TEMP_TAG, 1)[1].split("-") if own else []
         dead = (not old and len(parts) >= 3 and parts[0] == host_tag() and parts[1].isdigit()
-                and int(parts[1]) != os.getpid() and not _pid_alive(int(parts[1])))
+                and int(parts[1]) != os.getpid() and not pid_alive(int(parts[1])))
         if old or dead:
             try:
                 os.unlink(entry.path)

@@ -37,7 +37,7 @@ from openfeature.provider import AbstractProvider, Metadata
 from openfeature.provider.no_op_provider import NoOpProvider
 from UnleashClient.cache import BaseCache
 
-from dsv41_flags.files import FileRefused, read_regular, write_atomic
+from dsv41_flags.files import FileRefused, pid_alive, read_regular, write_atomic
 from dsv41_flags.fleet_settings import FleetSettings
 from dsv41_flags.secrecy import masked_reason, masked_text, masked_url
 
@@ -349,7 +349,8 @@ class FlagFileCopy:
         import tempfile
 
         self.source = source
-        self.directory = tempfile.mkdtemp(prefix="dsv41-flagd-")
+        sweep_copies(tempfile.gettempdir())
+        self.directory = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{os.getpid()}-")
         yaml_file = source.lower().endswith((".yaml", ".yml"))
         self.path = os.path.join(self.directory, "flags.yaml" if yaml_file else "flags.json")
         self.yaml = yaml_file
@@ -409,6 +410,35 @@ class FlagFileCopy:
 
         shutil.rmtree(self.directory, ignore_errors=True)
         atexit.unregister(self.close)
+
+
+#: the name of a ``FlagFileCopy`` directory begins with this and its process's pid
+COPY_PREFIX = "dsv41-flagd-"
+
+
+def sweep_copies(directory: str) -> list[str]:
+    """Remove the ``FlagFileCopy`` directories in ``directory`` whose process is gone (killed:
+    no ``stop()``, no exit handler ran), this user's only; returns the paths removed."""
+    import shutil
+
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid = entry.name[len(COPY_PREFIX):].split("-", 1)[0]
+        if not entry.name.startswith(COPY_PREFIX) or not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.is_dir(follow_symlinks=False) and st.st_uid == os.getuid() \
+                and not pid_alive(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
 
 
 def definitions_text_problem(data: bytes, yaml_file: bool) -> str:

@@ -1245,3 +1245,29 @@ def test_unleash_flag_entries_that_are_not_definitions_are_refused(make_runtime,
     rt = make_runtime(BASE.replace("strict = true", "strict = false") + table, argv=ARGV)
     [problem] = [p for p in rt.resolution.problems if p.key == "FLEET"]
     assert "its flag definition 0 is not one" in problem.message, problem.message
+
+
+def test_a_copy_directory_of_a_killed_process_is_swept(tmp_path):
+    """A server killed with SIGKILL leaves its FlagFileCopy directory: the next copy made on the
+    machine removes those whose process is gone, never a live one's."""
+    import subprocess
+    import tempfile
+
+    from dsv41_flags.fleet_providers import COPY_PREFIX, sweep_copies
+
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    root = tempfile.gettempdir()
+    gone = os.path.join(root, f"{COPY_PREFIX}{dead.pid}-test")
+    live = os.path.join(root, f"{COPY_PREFIX}{os.getppid()}-test")
+    for path in (gone, live):
+        os.makedirs(path, exist_ok=True)
+    try:
+        removed = sweep_copies(root)
+        assert gone in removed and not os.path.exists(gone)
+        assert os.path.isdir(live)
+    finally:
+        import shutil
+
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.rmtree(gone, ignore_errors=True)
