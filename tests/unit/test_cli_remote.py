@@ -524,6 +524,10 @@ def test_a_process_that_did_not_apply_the_switch_fails_set_and_status(cli, serve
                                               "reason": "boom"}]})
     r = cli("set", "folded_fence=on", "--url", server.url, "--by", "t")
     assert r.exit_code == 1 and "NOT APPLIED: boom" in r.output and "detokenizer pid 5 (boom)" in r.output
+    r = cli("set", "folded_fence=on", "--url", server.url, "--by", "t", "--json")
+    data = json.loads(r.stdout)   # "ok" says what the exit status says
+    assert r.exit_code == 1 and data["ok"] is False, data
+    assert data["not_applied"] == [{"role": "detokenizer", "pid": 5, "reason": "boom"}]
     server.answer({**STATUS, "processes": [{"ok": False, "role": "detokenizer", "pid": 5,
                                             "reason": "no answer within 10 s"}]})
     r = cli("status", "--url", server.url)

@@ -227,8 +227,12 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
         answer = (Applied if ok else Refusal).model_validate(data, context=WIRE)
     except ValidationError as exc:
         _fail(_invalid("switch", exc), as_json, emit_json, feature=name)
+    failed = [p for p in answer.processes if not p.ok] if isinstance(answer, Applied) else []
     if as_json:
-        emit_json(data)
+        # the answer as the server gave it, but "ok" says the outcome the exit status says:
+        # not ok when a process of the launch did not apply it (listed in "not_applied")
+        emit_json({**data, "ok": False, "not_applied": [
+            {"role": p.role, "pid": p.pid, "reason": p.reason} for p in failed]} if failed else data)
     elif isinstance(answer, Applied) and data.get("changed") is False:
         out.print(f"{answer.feature}: already {_on(answer.new)}, on {len(answer.ranks)} rank(s): "
                   f"nothing changed, generation {answer.generation}")
@@ -240,12 +244,10 @@ def remote_set(assignment: str, url: str, by: str | None, as_json: bool,
         for p in answer.processes:
             out.print(f"  {safe_text(p.role) or 'process'} pid {p.pid}: " + (
                 f"generation {p.generation}" if p.ok else f"NOT APPLIED: {safe_text(p.reason)}"))
-        out.print("an override until the next launch (at boot the settings files decide, and "
-                  "the flag service on a server with a fleet table), or on such a server until "
-                  "the feature's flag next changes there")
+        out.print("an override until the next launch: settings files decide at boot (and a "
+                  "flag service, with a fleet table)")
     else:
         err.print(f"error: {answer.error}", style="red")
-    failed = [p for p in answer.processes if not p.ok] if isinstance(answer, Applied) else []
     if failed:
         err.print("error: not applied in " + ", ".join(
             f"{safe_text(p.role) or 'process'} pid {p.pid} ({safe_text(p.reason)})" for p in failed),
